@@ -1,0 +1,36 @@
+"""numbagraph: CUDA graphs for Numba-CUDA kernels.
+
+Capture ``@cuda.jit`` launches made on a stream into a graph, replay it as
+one submission, and change what it computes between replays through device
+scalars. Runs on the CUDA driver, or on Numba's CUDA simulator where no GPU
+is present.
+"""
+
+from .backend import active as _backend
+from .capture import CAPTURE_MODES, begin_capture, capture, end_capture, is_capturing
+from .errors import CaptureError, GraphClosedError, NumbagraphError, ScalarValueError
+from .graph import CapturedGraph
+from .scalar import SCALAR_DTYPES, DeviceScalar
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "backend",
+    "capture",
+    "begin_capture",
+    "end_capture",
+    "is_capturing",
+    "CAPTURE_MODES",
+    "CapturedGraph",
+    "DeviceScalar",
+    "SCALAR_DTYPES",
+    "NumbagraphError",
+    "CaptureError",
+    "GraphClosedError",
+    "ScalarValueError",
+]
+
+
+def backend() -> str:
+    """``"cuda"`` on the CUDA driver, ``"simulator"`` on Numba's simulator."""
+    return _backend.NAME

@@ -1,0 +1,73 @@
+"""The one seam that knows which backend runs.
+
+``driver`` records launches into real CUDA graphs through cuda.core and
+cuda.bindings; ``simulator`` runs the same API on Numba's CUDA simulator,
+recording launches as Python calls and replaying them in order. Both modules
+expose the same functions; everything above this package calls them through
+:data:`active` and never asks which one it got.
+
+Selection happens once, before ``numba.cuda`` is first imported:
+
+* ``NUMBAGRAPH_BACKEND=simulator`` or ``NUMBA_ENABLE_CUDASIM=1`` picks the
+  simulator; ``NUMBAGRAPH_BACKEND=cuda`` picks the driver.
+* Otherwise the driver is picked when a CUDA device answers, and the
+  simulator when none does, so importing numbagraph never fails on a machine
+  without a GPU.
+* If ``numba.cuda`` was imported before numbagraph, its choice stands.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_CHOICES = ("auto", "cuda", "simulator")
+
+
+def _cuda_device_present() -> bool:
+    """Whether the CUDA driver loads and reports at least one device."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return False
+    count = ctypes.c_int(0)
+    try:
+        if lib.cuInit(0) != 0:
+            return False
+        return lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    except (AttributeError, OSError):
+        return False
+
+
+def _select() -> None:
+    wanted = os.environ.get("NUMBAGRAPH_BACKEND", "auto").strip().lower() or "auto"
+    if wanted not in _CHOICES:
+        raise ImportError(
+            f"NUMBAGRAPH_BACKEND={wanted!r} is not a backend; "
+            f"use one of {', '.join(_CHOICES)}"
+        )
+    if "numba.cuda" in sys.modules:
+        return  # numba.cuda read its configuration already; follow it
+    if wanted == "simulator":
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    elif wanted == "cuda":
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_device_present():
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+_select()
+
+from numba.cuda.core import config as _numba_config  # noqa: E402
+
+if _numba_config.ENABLE_CUDASIM:
+    from . import simulator as active
+else:
+    from . import driver as active
+
+__all__ = ["active"]

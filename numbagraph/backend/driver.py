@@ -1,0 +1,217 @@
+"""The CUDA driver backend: real graphs through cuda.core and cuda.bindings.
+
+Capture uses cuda.core's ``GraphBuilder`` on a non-owning cuda.core view of
+the user's stream, so numba launches made on that very stream are recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from cuda.bindings import driver as cu
+from cuda.core import Stream as _CoreStream
+from cuda.core.graph import GraphCompleteOptions
+from numba import cuda
+from numba.cuda.dispatcher import CUDADispatcher
+
+NAME = "cuda"
+
+_CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+_CAPTURE_NONE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+_COMPLETE = GraphCompleteOptions(auto_free_on_launch=True)
+
+
+class DriverError(RuntimeError):
+    """A driver call failed; ``result`` is the ``CUresult``."""
+
+    def __init__(self, call: str, result: Any):
+        _, name = cu.cuGetErrorName(result)
+        _, text = cu.cuGetErrorString(result)
+        self.result = result
+        name = name.decode() if isinstance(name, bytes) else name
+        text = text.decode() if isinstance(text, bytes) else text
+        super().__init__(f"{call} failed: {name}: {text}")
+
+
+def _check(call: str, ret: tuple) -> Any:
+    err = ret[0]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise DriverError(call, err)
+    return ret[1] if len(ret) == 2 else ret[1:]
+
+
+# ---------------------------------------------------------------- streams
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``CUstream`` address of a numba, cuda.core or foreign stream."""
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        raise TypeError(
+            f"{type(stream).__name__} is not a CUDA stream: pass a numba stream "
+            "(cuda.stream()), cuda.external_stream(ptr), or an object with "
+            "__cuda_stream__"
+        )
+    return int(handle)
+
+
+_core_streams: dict[int, _CoreStream] = {}
+
+
+def _core_stream(handle: int) -> _CoreStream:
+    # from_handle makes a non-owning view, so a cached view stays valid for as
+    # long as the handle does; caching takes its cost off every launch.
+    view = _core_streams.get(handle)
+    if view is None:
+        if len(_core_streams) > 1024:
+            _core_streams.clear()
+        view = _core_streams[handle] = _CoreStream.from_handle(handle)
+    return view
+
+
+def is_capturing(handle: int) -> bool:
+    status = _check("cuStreamIsCapturing", cu.cuStreamIsCapturing(handle))
+    return status != _CAPTURE_NONE
+
+
+def synchronize(handle: int) -> None:
+    _check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
+
+
+# ---------------------------------------------------------------- capture
+
+class Recording:
+    """One capture in progress on one stream."""
+
+    def __init__(self, handle: int, mode: str):
+        self.handle = handle
+        self._builder = _core_stream(handle).create_graph_builder()
+        self._builder.begin_building(mode)
+
+    @property
+    def builder(self):
+        """The cuda.core ``GraphBuilder`` doing the recording."""
+        return self._builder
+
+    def finish(self) -> "Executable":
+        builder = self._builder
+        try:
+            builder.end_building()
+        except Exception:
+            self.abort()
+            raise
+        try:
+            graph = builder.complete(_COMPLETE)
+        except Exception:
+            builder.close()
+            raise
+        return Executable(graph, builder, len(builder.graph_definition.nodes()))
+
+    def abort(self) -> None:
+        """End the capture without a graph; the stream stops capturing."""
+        try:
+            if self._builder.is_building:
+                self._builder.end_building()
+        except Exception:
+            pass  # an invalidated capture still ends; checked below
+        if is_capturing(self.handle):
+            err, graph = cu.cuStreamEndCapture(self.handle)
+            if graph is not None and int(graph):
+                cu.cuGraphDestroy(graph)
+        self._builder.close()
+
+
+class Executable:
+    """An instantiated graph and the definition it came from."""
+
+    def __init__(self, graph, builder, num_nodes: int):
+        self._graph = graph
+        self._builder = builder
+        self.num_nodes = num_nodes
+
+    def launch(self, handle: int) -> None:
+        self._graph.launch(_core_stream(handle))
+
+    def upload(self, handle: int) -> None:
+        self._graph.upload(_core_stream(handle))
+
+    def update(self, other: "Executable") -> None:
+        self._graph.update(other._builder)
+        self.num_nodes = other.num_nodes
+
+    def close(self) -> None:
+        self._graph.close()
+        self._builder.close()
+
+
+# ---------------------------------------------------------------- scalars
+
+def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> None:
+    """Enqueue ``buf`` -> ``dev`` on the stream.
+
+    ``buf`` is pageable, so the driver has consumed it when the call returns
+    and the next store may reuse it at once.
+    """
+    _check(
+        "cuMemcpyHtoDAsync",
+        cu.cuMemcpyHtoDAsync(
+            dev.device_ctypes_pointer.value, buf.ctypes.data, buf.nbytes, handle
+        ),
+    )
+
+
+def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
+    """Record "set the scalar to ``buf``" into the capture on the stream.
+
+    Memset nodes carry their value inside the graph, so nothing on the host
+    has to outlive the call.
+    """
+    ptr = dev.device_ctypes_pointer.value
+    raw = buf.tobytes()
+    if len(raw) == 1:
+        _check("cuMemsetD8Async", cu.cuMemsetD8Async(ptr, raw[0], 1, handle))
+    elif len(raw) == 2:
+        value = int(np.frombuffer(raw, np.uint16)[0])
+        _check("cuMemsetD16Async", cu.cuMemsetD16Async(ptr, value, 1, handle))
+    else:
+        for i, word in enumerate(np.frombuffer(raw, np.uint32)):
+            _check(
+                "cuMemsetD32Async",
+                cu.cuMemsetD32Async(ptr + 4 * i, int(word), 1, handle),
+            )
+
+
+def array_interface(dev: Any) -> dict:
+    return dict(dev.__cuda_array_interface__, stream=None)
+
+
+def kernel_arg(obj: Any) -> Any:
+    """What a kernel launch receives for ``obj``: numba reads the interface."""
+    return obj
+
+
+# ---------------------------------------------------------------- launches
+
+_launch_hook: Callable[[int, Any, tuple], None] | None = None
+_numba_call = CUDADispatcher.call
+
+
+def _hooked_call(self, args, launch_config):
+    hook = _launch_hook
+    if hook is not None:
+        hook(int(launch_config.stream.handle), self, args)
+    return _numba_call(self, args, launch_config)
+
+
+def set_launch_hook(hook: Callable[[int, Any, tuple], None]) -> None:
+    """Call ``hook(stream_handle, kernel, args)`` before every kernel launch."""
+    global _launch_hook
+    _launch_hook = hook
+
+
+CUDADispatcher.call = _hooked_call

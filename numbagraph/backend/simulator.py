@@ -1,0 +1,229 @@
+"""The simulator backend: the same API on Numba's CUDA simulator.
+
+The simulator runs every launch synchronously, so a "graph" is the ordered
+list of launches made on the capturing stream, kept as calls bound to the
+live arrays. Replaying runs them again in order, so a DeviceScalar updated
+between replays is seen exactly as on the GPU.
+
+To give captures something to key on, simulator streams get integer handles
+the way driver streams have them: 0 is the default stream, 1 the legacy and
+2 the per-thread default stream, and ``cuda.stream()`` hands out new ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda
+from numba.cuda.simulator import api as _sim_api
+from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+NAME = "simulator"
+
+
+# ---------------------------------------------------------------- streams
+
+_Stream = _sim_api.stream
+_fresh_handles = itertools.count(0x1000)
+
+
+def _stream_init(self, handle: int | None = None) -> None:
+    self.handle = next(_fresh_handles) if handle is None else int(handle)
+
+
+def _stream_repr(self) -> str:
+    names = {0: "default", 1: "legacy default", 2: "per-thread default"}
+    kind = names.get(self.handle, f"handle {self.handle:#x}")
+    return f"<simulated CUDA stream, {kind}>"
+
+
+_Stream.__init__ = _stream_init
+_Stream.__repr__ = _stream_repr
+_Stream.__cuda_stream__ = lambda self: (0, self.handle)
+
+
+def _named_stream(handle: int) -> Callable[[], Any]:
+    return lambda: _Stream(handle)
+
+
+def _external_stream(ptr: int) -> Any:
+    return _Stream(int(ptr))
+
+
+for _name, _fn in (
+    ("default_stream", _named_stream(0)),
+    ("legacy_default_stream", _named_stream(1)),
+    ("per_thread_default_stream", _named_stream(2)),
+    ("external_stream", _external_stream),
+):
+    setattr(_sim_api, _name, _fn)
+    setattr(cuda, _name, _fn)
+
+
+def stream_handle(stream: Any) -> int:
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        raise TypeError(
+            f"{type(stream).__name__} is not a CUDA stream: pass a numba stream "
+            "(cuda.stream()), cuda.external_stream(ptr), or an object with "
+            "__cuda_stream__"
+        )
+    return int(handle)
+
+
+def synchronize(handle: int) -> None:
+    """Simulated work is finished when its call returns."""
+
+
+# ---------------------------------------------------------------- capture
+
+_recordings: dict[int, "Recording"] = {}
+_recordings_lock = threading.Lock()
+
+
+def is_capturing(handle: int) -> bool:
+    return handle in _recordings
+
+
+class Recording:
+    """The calls made on one capturing stream, in order."""
+
+    def __init__(self, handle: int, mode: str):
+        self.handle = handle
+        self.nodes: list[Callable[[], None]] = []
+        with _recordings_lock:
+            _recordings[handle] = self
+
+    def _stop(self) -> None:
+        with _recordings_lock:
+            if _recordings.get(self.handle) is self:
+                del _recordings[self.handle]
+
+    def finish(self) -> "Executable":
+        self._stop()
+        return Executable(self.nodes)
+
+    def abort(self) -> None:
+        self._stop()
+        self.nodes = []
+
+
+class Executable:
+    def __init__(self, nodes: list[Callable[[], None]]):
+        self._nodes = tuple(nodes)
+        self.num_nodes = len(self._nodes)
+
+    def launch(self, handle: int) -> None:
+        recording = _recordings.get(handle)
+        if recording is not None:
+            # Launching a graph into a capture embeds it, as CUDA does.
+            recording.nodes.extend(self._nodes)
+            return
+        for node in self._nodes:
+            node()
+
+    def upload(self, handle: int) -> None:
+        """Nothing to upload: simulated graphs live on the host."""
+
+    def update(self, other: "Executable") -> None:
+        if other.num_nodes != self.num_nodes:
+            raise ValueError(
+                f"graph update needs the same topology: {other.num_nodes} nodes "
+                f"given, {self.num_nodes} expected"
+            )
+        self._nodes = other._nodes
+
+    def close(self) -> None:
+        self._nodes = ()
+
+
+# ---------------------------------------------------------------- scalars
+
+def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> None:
+    dev.copy_to_device(buf)
+
+
+def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
+    value = buf.copy()
+    _recordings[handle].nodes.append(lambda: dev.copy_to_device(value))
+
+
+def array_interface(dev: Any) -> dict:
+    host = dev._ary
+    return {
+        "shape": host.shape,
+        "typestr": host.dtype.str,
+        "data": (host.ctypes.data, False),
+        "strides": None,
+        "version": 3,
+        "stream": None,
+    }
+
+
+def kernel_arg(obj: Any) -> Any:
+    """Simulated kernels take device arrays, not interface objects."""
+    unwrap = getattr(obj, "__numbagraph_device_array__", None)
+    return obj if unwrap is None else unwrap()
+
+
+# ---------------------------------------------------------------- launches
+
+_launch_hook: Callable[[int, Any, tuple], None] | None = None
+_run_lock = threading.RLock()
+
+
+def _run(kernel: FakeCUDAKernel, grid, block, shared: int, args: tuple) -> None:
+    # FakeCUDAKernel keeps its configuration on itself; hold it for the call.
+    with _run_lock:
+        kernel.grid_dim, kernel.block_dim = grid, block
+        kernel.dynshared_size = shared
+        FakeCUDAKernel.__call__(kernel, *args)
+
+
+class _ConfiguredLaunch:
+    """``kernel[grid, block, stream, shared]``, remembering the stream."""
+
+    __slots__ = ("kernel", "grid", "block", "stream", "shared")
+
+    def __init__(self, kernel, grid, block, stream=0, shared=0):
+        self.kernel, self.grid, self.block = kernel, grid, block
+        self.stream, self.shared = stream, shared
+
+    def __call__(self, *args: Any) -> None:
+        handle = stream_handle(self.stream)
+        hook = _launch_hook
+        if hook is not None:
+            hook(handle, self.kernel, args)
+        args = tuple(kernel_arg(a) for a in args)
+        call = functools.partial(
+            _run, self.kernel, self.grid, self.block, self.shared, args
+        )
+        recording = _recordings.get(handle)
+        if recording is not None:
+            recording.nodes.append(call)
+        else:
+            call()
+
+
+def _getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
+    if len(configuration) not in (2, 3, 4):
+        raise ValueError("must specify at least the griddim and blockdim")
+    return _ConfiguredLaunch(self, *configuration)
+
+
+def set_launch_hook(hook: Callable[[int, Any, tuple], None]) -> None:
+    """Call ``hook(stream_handle, kernel, args)`` before every kernel launch."""
+    global _launch_hook
+    _launch_hook = hook
+
+
+FakeCUDAKernel.__getitem__ = _getitem

@@ -1,0 +1,121 @@
+"""Captured graphs: instantiated, replayable, and owning what they use."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .backend import active as _backend
+from .errors import GraphClosedError, NumbagraphError
+
+__all__ = ["CapturedGraph"]
+
+
+class _Resources:
+    """What a graph must keep alive: its executable and every array its
+    kernels were given. The finalizer is bound to this holder, never to the
+    graph, so it cannot keep the graph alive."""
+
+    __slots__ = ("executable", "keepalive")
+
+    def __init__(self, executable: Any, keepalive: list):
+        self.executable = executable
+        self.keepalive = keepalive
+
+    def release(self) -> None:
+        executable, self.executable = self.executable, None
+        self.keepalive = []
+        if executable is not None:
+            executable.close()
+
+
+class CapturedGraph:
+    """An instantiated CUDA graph recorded by :func:`numbagraph.capture`.
+
+    ``launch()`` replays every recorded launch as one submission on the stream
+    the graph was captured on (or another one). The graph holds a reference
+    to every device array and DeviceScalar its kernels were given, so none is
+    freed while the graph lives. ``close()`` (or leaving a ``with`` block)
+    frees the graph at once; dropping the last reference does the same later.
+
+    Example::
+
+        with ng.capture(s) as cap:
+            step[4, 256, s](x, pos)
+        with cap.graph as graph:
+            for t in range(100):
+                pos.update(t)
+                graph.launch()
+    """
+
+    def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list):
+        self._res = _Resources(executable, keepalive)
+        self._stream = stream
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, _Resources.release, self._res)
+
+    def _executable(self) -> Any:
+        executable = self._res.executable
+        if executable is None:
+            raise GraphClosedError(
+                "this graph was closed; capture a new one to replay the work"
+            )
+        return executable
+
+    def _target(self, stream: Any) -> int:
+        return self._handle if stream is None else _backend.stream_handle(stream)
+
+    def launch(self, stream: Any = None) -> None:
+        """Replay the graph on ``stream`` (default: the capture stream)."""
+        self._executable().launch(self._target(stream))
+
+    def upload(self, stream: Any = None) -> None:
+        """Upload the graph to the device ahead of its first launch, so that
+        launch does not pay for it."""
+        self._executable().upload(self._target(stream))
+
+    def update(self, other: "CapturedGraph") -> None:
+        """Take the kernel arguments and scalars of ``other``, a graph of the
+        same shape (same kernels and launch configurations in the same
+        order), without re-instantiating. ``other`` stays usable."""
+        if not isinstance(other, CapturedGraph):
+            raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
+        executable, source = self._executable(), other._executable()
+        try:
+            executable.update(source)
+        except Exception as exc:
+            raise NumbagraphError(
+                f"graph update failed: {exc}. update() needs a graph captured "
+                "from the same sequence of kernels and launch configurations; "
+                "capture a new graph instead"
+            ) from exc
+        self._res.keepalive = self._res.keepalive + other._res.keepalive
+
+    def close(self) -> None:
+        """Free the graph now. Launching it afterwards raises GraphClosedError."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._res.executable is None
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes the graph holds (one per kernel launch or memset)."""
+        return self._executable().num_nodes
+
+    @property
+    def stream(self) -> Any:
+        """The stream the graph was captured on, and launches on by default."""
+        return self._stream
+
+    def __enter__(self) -> "CapturedGraph":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<CapturedGraph closed>"
+        return f"<CapturedGraph {self.num_nodes} nodes on {self._stream!r}>"

@@ -1,0 +1,193 @@
+"""Typed device scalars: one value in device memory the host changes cheaply.
+
+A kernel captured into a graph bakes in its arguments, so a value that must
+change between replays has to live in device memory. ``DeviceScalar`` is that
+value: kernels read ``s[0]``, and ``update`` enqueues a small host-to-device
+copy on the scalar's stream, ordered before the next replay on that stream.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from .backend import active as _backend
+from .capture import recording_for
+from .errors import ScalarValueError
+
+__all__ = ["DeviceScalar", "SCALAR_DTYPES"]
+
+SCALAR_DTYPES = tuple(
+    np.dtype(t)
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float16, np.float32, np.float64,
+    )
+)
+
+
+def _infer_dtype(value: Any) -> np.dtype:
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.dtype
+    if isinstance(value, bool):
+        return np.dtype(np.bool_)
+    if isinstance(value, int):
+        return np.dtype(np.int64)
+    if isinstance(value, float):
+        return np.dtype(np.float64)
+    raise TypeError(
+        f"cannot infer a DeviceScalar dtype from {type(value).__name__}; "
+        "pass dtype= (one of bool, int8..int64, uint8..uint64, float16..float64)"
+    )
+
+
+def _checker(dtype: np.dtype):
+    """A function that validates a Python value for ``dtype`` and returns it
+    in a form numpy stores exactly."""
+    if dtype.kind == "b":
+        def check(value):
+            if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+                if isinstance(value, float) and math.isnan(value):
+                    raise ScalarValueError("NaN is not a bool")
+                return bool(value)
+            raise ScalarValueError(
+                f"{value!r} is not a bool; a bool scalar takes True/False or 0/1"
+            )
+        return check
+
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi = int(info.min), int(info.max)
+
+        def check(value):
+            if isinstance(value, (float, np.floating)):
+                if not math.isfinite(value) or value != math.floor(value):
+                    raise ScalarValueError(
+                        f"{value!r} is not an integer, so it cannot be stored in "
+                        f"{dtype.name}; round it first if that is what you mean"
+                    )
+            elif not isinstance(value, (int, np.integer)):
+                raise ScalarValueError(
+                    f"{type(value).__name__} {value!r} cannot be stored in {dtype.name}"
+                )
+            ivalue = int(value)
+            if not lo <= ivalue <= hi:
+                raise ScalarValueError(
+                    f"{value!r} does not fit {dtype.name} (range {lo}..{hi}); "
+                    "use a wider dtype"
+                )
+            return ivalue
+        return check
+
+    finfo = np.finfo(dtype)
+    big = float(finfo.max)
+
+    def check(value):
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
+            value, bool
+        ):
+            raise ScalarValueError(
+                f"{type(value).__name__} {value!r} cannot be stored in {dtype.name}"
+            )
+        fvalue = float(value)
+        if math.isfinite(fvalue) and abs(fvalue) > big:
+            raise ScalarValueError(
+                f"{value!r} overflows {dtype.name} (largest {big:g}); "
+                "use a wider dtype"
+            )
+        return fvalue
+    return check
+
+
+class DeviceScalar:
+    """One typed value in device memory, updated from the host between replays.
+
+    Pass the scalar itself to a kernel (it has ``__cuda_array_interface__``,
+    shape ``(1,)``) and read ``s[0]`` there. ``update`` is ordered on the
+    scalar's stream: work enqueued on that stream afterwards, graph replays
+    included, sees the new value; updates are never lost or reordered.
+
+    Inside a capture on the scalar's stream, ``update`` is recorded instead:
+    every replay then sets the scalar to that value at that point.
+
+    Example::
+
+        pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+        for t in range(n_tokens):
+            pos.update(t)
+            graph.launch()
+
+    Args:
+        value: the initial value.
+        dtype: bool, int8..int64, uint8..uint64, float16, float32 or float64;
+            inferred from ``value`` when omitted (int -> int64, float -> float64).
+        stream: the stream updates are ordered on; the default stream if omitted.
+    """
+
+    __slots__ = (
+        "_dtype", "_check", "_dev", "_buf", "_stream", "_handle", "__weakref__",
+    )
+
+    def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None):
+        dtype = _infer_dtype(value) if dtype is None else np.dtype(dtype)
+        if dtype not in SCALAR_DTYPES:
+            raise ScalarValueError(
+                f"DeviceScalar does not support dtype {dtype}; use one of "
+                + ", ".join(d.name for d in SCALAR_DTYPES)
+            )
+        self._dtype = dtype
+        self._check = _checker(dtype)
+        self._stream = cuda.default_stream() if stream is None else stream
+        self._handle = _backend.stream_handle(self._stream)
+        self._buf = np.zeros(1, dtype)
+        self._buf[0] = self._check(value)
+        self._dev = cuda.to_device(self._buf, stream=self._stream)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def stream(self) -> Any:
+        """The stream updates are ordered on."""
+        return self._stream
+
+    def update(self, value: Any) -> None:
+        """Set the device value, ordered on the scalar's stream.
+
+        Raises ScalarValueError, leaving the device value unchanged, when
+        ``value`` does not fit the dtype.
+        """
+        buf = self._buf
+        buf[0] = self._check(value)
+        recording = recording_for(self._handle)
+        if recording is None:
+            _backend.scalar_store(self._dev, buf, self._handle)
+        else:
+            recording.keep(self)
+            _backend.scalar_store_recorded(self._dev, buf, self._handle)
+
+    @property
+    def value(self) -> Any:
+        """The device value, read back after the stream's pending work."""
+        host = self._dev.copy_to_host(stream=self._stream)
+        _backend.synchronize(self._handle)
+        return host[0].item()
+
+    def inner(self):
+        """The numba device array behind the scalar, shape ``(1,)``."""
+        return self._dev
+
+    def __numbagraph_device_array__(self):
+        return self._dev
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return _backend.array_interface(self._dev)
+
+    def __repr__(self) -> str:
+        return f"DeviceScalar(dtype={self._dtype.name}, stream={self._stream!r})"

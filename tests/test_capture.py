@@ -1,0 +1,157 @@
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from conftest import device_zeros
+
+
+def test_launches_inside_capture_are_recorded_not_run(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        for _ in range(3):
+            kernels.add[1, 32, stream](x, one)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 1.0)
+    assert cap.graph.num_nodes == 3
+
+
+def test_replay_runs_every_recorded_launch(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        for _ in range(3):
+            kernels.add[1, 32, stream](x, one)
+    cap.graph.launch()
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 7.0)
+
+
+def test_update_between_replays_is_seen(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, pos)
+        kernels.add[1, 32, stream](x, pos)
+    for i in range(5):
+        pos.update(i)
+        cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2 * sum(range(5)))
+
+
+def test_begin_and_end_capture_in_two_calls(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    ng.begin_capture(stream)
+    assert ng.is_capturing(stream)
+    kernels.add[1, 32, stream](x, one)
+    graph = ng.end_capture(stream)
+    assert not ng.is_capturing(stream)
+    assert isinstance(graph, ng.CapturedGraph)
+    graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+@pytest.mark.parametrize("mode", ng.CAPTURE_MODES)
+def test_every_capture_mode_records(stream, kernels, mode):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream, mode=mode) as cap:
+        kernels.add[1, 32, stream](x, one)
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_unknown_mode_is_refused(stream):
+    with pytest.raises(ValueError, match="global, thread_local, relaxed"):
+        ng.begin_capture(stream, mode="loose")
+    assert not ng.is_capturing(stream)
+
+
+def test_exception_in_block_aborts_and_propagates(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with pytest.raises(KeyError, match="boom"):
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](x, one)
+            raise KeyError("boom")
+    assert not ng.is_capturing(stream)
+    with pytest.raises(ng.CaptureError):
+        cap.graph
+    kernels.add[1, 32, stream](x, one)  # the stream still runs work
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+    with ng.capture(stream) as again:  # and captures again
+        kernels.add[1, 32, stream](x, one)
+    again.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 3.0)
+
+
+def test_default_stream_is_refused():
+    for s in (cuda.default_stream(), cuda.legacy_default_stream(), 0):
+        with pytest.raises(ng.CaptureError, match="legacy default stream"):
+            ng.begin_capture(s)
+
+
+def test_nested_capture_on_same_stream_is_refused(stream):
+    with ng.capture(stream):
+        with pytest.raises(ng.CaptureError, match="already capturing"):
+            ng.begin_capture(stream)
+    assert not ng.is_capturing(stream)
+
+
+def test_end_without_begin_is_refused(stream):
+    with pytest.raises(ng.CaptureError, match="not capturing"):
+        ng.end_capture(stream)
+
+
+def test_stream_given_as_cuda_stream_protocol(stream, kernels):
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, int(stream.handle))
+
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(Foreign()) as cap:
+        assert ng.is_capturing(stream)
+        kernels.add[1, 32, stream](x, one)
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_external_stream_captures(stream, kernels):
+    ext = cuda.external_stream(int(stream.handle))
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, ext](x, one)
+    with ng.capture(ext) as cap:
+        kernels.add[1, 32, ext](x, one)
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_two_streams_capture_independently(stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    y = device_zeros(32, stream=other_stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    stream.synchronize()
+    with ng.capture(stream) as a, ng.capture(other_stream) as b:
+        kernels.add[1, 32, stream](x, one)
+        kernels.add[1, 32, other_stream](y, one)
+        kernels.add[1, 32, other_stream](y, one)
+    assert (a.graph.num_nodes, b.graph.num_nodes) == (1, 2)
+    b.graph.launch()
+    other_stream.synchronize()
+    np.testing.assert_array_equal(y.copy_to_host(stream=other_stream), 2.0)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 1.0)
+
+
+def test_backend_is_named():
+    assert ng.backend() in ("cuda", "simulator")

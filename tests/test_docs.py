@@ -1,0 +1,24 @@
+"""The snippets in docs/ run as written."""
+
+import pathlib
+import re
+
+import pytest
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+PAGES = ["capture.md"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_snippets_run(page):
+    text = (DOCS / page).read_text()
+    namespace: dict = {}
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, f"{page}", "exec"), namespace)
+
+
+def test_example_replay_loop_runs(capsys):
+    import runpy
+
+    runpy.run_path(str(DOCS.parent / "examples" / "replay_loop.py"), run_name="__main__")
+    assert "results match" in capsys.readouterr().out

@@ -1,0 +1,113 @@
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import numbagraph as ng
+from conftest import device_zeros
+
+
+@pytest.fixture
+def graph_and_array(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+    return cap.graph, x
+
+
+def test_graph_reports_nodes_and_stream(graph_and_array, stream):
+    graph, _ = graph_and_array
+    assert graph.num_nodes == 1
+    assert graph.stream is stream
+    assert not graph.closed
+    assert "1 nodes" in repr(graph)
+
+
+def test_launch_on_another_stream(graph_and_array, other_stream, stream):
+    graph, x = graph_and_array
+    stream.synchronize()
+    graph.upload(other_stream)
+    graph.launch(other_stream)
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2.0)
+
+
+def test_closed_graph_refuses_launch(graph_and_array):
+    graph, _ = graph_and_array
+    graph.close()
+    assert graph.closed
+    with pytest.raises(ng.GraphClosedError, match="closed"):
+        graph.launch()
+    graph.close()  # closing twice is harmless
+
+
+def test_context_manager_closes(graph_and_array, stream):
+    graph, x = graph_and_array
+    with graph as g:
+        g.launch()
+    assert graph.closed
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_graph_keeps_its_arrays_alive(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+    graph = cap.graph
+    x_ref, one_ref = weakref.ref(x), weakref.ref(one)
+    host = x.copy_to_host(stream=stream)
+    del x, one, cap
+    gc.collect()
+    assert x_ref() is not None and one_ref() is not None
+    graph.launch()
+    np.testing.assert_array_equal(x_ref().copy_to_host(stream=stream), host + 1.0)
+    graph.close()
+    gc.collect()
+    assert x_ref() is None and one_ref() is None
+
+
+def test_dropped_graph_is_freed(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+    graph_ref, x_ref = weakref.ref(cap.graph), weakref.ref(x)
+    del cap, x
+    gc.collect()
+    assert graph_ref() is None and x_ref() is None
+
+
+def test_update_takes_other_graphs_arguments(stream, kernels):
+    x, y = device_zeros(32, stream=stream), device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    graphs = []
+    for target in (x, y):
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](target, one)
+        graphs.append(cap.graph)
+    graphs[0].update(graphs[1])
+    graphs[0].launch()
+    np.testing.assert_array_equal(y.copy_to_host(stream=stream), 1.0)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 1.0)
+
+
+def test_update_with_other_topology_is_refused(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as a:
+        kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as b:
+        kernels.add[1, 32, stream](x, one)
+        kernels.add[1, 32, stream](x, one)
+    with pytest.raises(ng.NumbagraphError, match="same"):
+        a.graph.update(b.graph)
+    a.graph.launch()  # still usable
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)

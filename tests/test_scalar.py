@@ -1,0 +1,120 @@
+import numpy as np
+import pytest
+
+import numbagraph as ng
+from conftest import device_zeros
+
+INTEGER_AND_FLOAT = [d for d in ng.SCALAR_DTYPES if d.kind != "b"]
+
+
+@pytest.mark.parametrize("dtype", ng.SCALAR_DTYPES, ids=str)
+def test_round_trips_every_dtype(stream, dtype):
+    s = ng.DeviceScalar(1, dtype=dtype, stream=stream)
+    assert s.dtype == dtype
+    assert s.value == 1
+    s.update(0)
+    assert s.value == 0
+
+
+@pytest.mark.parametrize(
+    "value, dtype",
+    [(3, np.int64), (2.5, np.float64), (True, np.bool_), (np.float32(1.5), np.float32)],
+)
+def test_dtype_is_inferred(value, dtype):
+    s = ng.DeviceScalar(value)
+    assert s.dtype == np.dtype(dtype)
+    assert s.value == value
+
+
+@pytest.mark.parametrize(
+    "value, dtype",
+    [
+        (300, np.uint8),
+        (-1, np.uint32),
+        (1.5, np.int32),
+        (float("nan"), np.int64),
+        (float("inf"), np.int16),
+        (2**63, np.int64),
+        (1e6, np.float16),
+        (2, np.bool_),
+        ("3", np.float32),
+    ],
+)
+def test_value_that_does_not_fit_raises_and_keeps_device_value(stream, value, dtype):
+    s = ng.DeviceScalar(1, dtype=dtype, stream=stream)
+    with pytest.raises(ng.ScalarValueError):
+        s.update(value)
+    assert s.value == 1
+
+
+def test_unsupported_dtype_is_refused():
+    with pytest.raises(ng.ScalarValueError, match="does not support"):
+        ng.DeviceScalar(1, dtype=np.complex64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+def test_float_scalars_take_nan_and_inf(stream, dtype):
+    s = ng.DeviceScalar(0.0, dtype=dtype, stream=stream)
+    s.update(float("inf"))
+    assert s.value == float("inf")
+    s.update(float("nan"))
+    assert np.isnan(s.value)
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.float64], ids=str)
+def test_eight_byte_extremes_round_trip(stream, dtype):
+    big = np.iinfo(dtype).max if dtype != np.float64 else 1.2345678901234567e300
+    s = ng.DeviceScalar(big, dtype=dtype, stream=stream)
+    assert s.value == big
+
+
+def test_inner_is_a_one_element_device_array(stream):
+    s = ng.DeviceScalar(7, dtype=np.int32, stream=stream)
+    inner = s.inner()
+    assert inner.shape == (1,)
+    assert inner.copy_to_host(stream=stream)[0] == 7
+
+
+def test_exposes_cuda_array_interface():
+    s = ng.DeviceScalar(7, dtype=np.int32)
+    cai = s.__cuda_array_interface__
+    assert cai["shape"] == (1,)
+    assert np.dtype(cai["typestr"]) == np.int32
+    assert cai["stream"] is None  # consumers must not synchronise on capture
+
+
+def test_back_to_back_updates_are_never_lost(stream, kernels):
+    """update(i); launch() for i in 0..999 leaves log == 0..999."""
+    n = 1000
+    log = device_zeros(n, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=stream)
+    kernels.log[1, 1, stream](log, pos)
+    with ng.capture(stream) as cap:
+        kernels.log[1, 1, stream](log, pos)
+    for i in range(n):
+        pos.update(i)
+        cap.graph.launch()
+    np.testing.assert_array_equal(log.copy_to_host(stream=stream), np.arange(n))
+
+
+def test_update_inside_capture_is_replayed(stream, kernels):
+    x = device_zeros(32, stream=stream)
+    step = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, step)
+    with ng.capture(stream) as cap:
+        step.update(2.0)  # every replay sets step to 2 first
+        kernels.add[1, 32, stream](x, step)
+    assert step.value == 0.0  # recorded, not run
+    step.update(100.0)
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+    assert step.value == 2.0
+
+
+@pytest.mark.parametrize("dtype", INTEGER_AND_FLOAT + [np.dtype(np.bool_)], ids=str)
+def test_recorded_update_sets_every_width(stream, dtype):
+    s = ng.DeviceScalar(0, dtype=dtype, stream=stream)
+    with ng.capture(stream) as cap:
+        s.update(1)
+    cap.graph.launch()
+    assert s.value == 1
