@@ -52,10 +52,28 @@ def recording_for(handle: int) -> _Session | None:
     return _sessions.get(handle)
 
 
-def _on_launch(handle: int, kernel: Any, args: tuple) -> None:
+# Types passed to kernels in place of the device array they wrap; unwrapping
+# them here spares numba a __cuda_array_interface__ round trip per launch.
+_device_wrappers: dict[type, Any] = {}
+
+
+def register_device_wrapper(cls: type, unwrap: Any) -> None:
+    """Launch kernels with ``unwrap(obj)`` wherever an instance of ``cls``
+    is passed."""
+    _device_wrappers[cls] = unwrap
+
+
+def _on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     session = _sessions.get(handle)
     if session is not None:
         session.keepalive.append((kernel, args))
+    wrappers = _device_wrappers
+    for arg in args:
+        if type(arg) in wrappers:
+            return tuple(
+                wrappers[type(a)](a) if type(a) in wrappers else a for a in args
+            )
+    return args
 
 
 _backend.set_launch_hook(_on_launch)
@@ -115,7 +133,9 @@ def end_capture(stream: Any) -> CapturedGraph:
     """Stop recording on ``stream`` and return the instantiated graph."""
     session = _take_session(stream)
     try:
-        executable = session.recording.finish()
+        # CUDA refuses to instantiate while another capture is active; the
+        # graph then instantiates on first use.
+        executable = session.recording.finish(instantiate=not _sessions)
     except Exception as exc:
         raise CaptureError(
             f"the capture on {stream!r} failed and was discarded: {exc}. "

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from .backend import active as _backend
-from .capture import recording_for
+from .capture import recording_for, register_device_wrapper
 from .errors import ScalarValueError
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
@@ -182,12 +182,12 @@ class DeviceScalar:
         """The numba device array behind the scalar, shape ``(1,)``."""
         return self._dev
 
-    def __numbagraph_device_array__(self):
-        return self._dev
-
     @property
     def __cuda_array_interface__(self) -> dict:
         return _backend.array_interface(self._dev)
 
     def __repr__(self) -> str:
         return f"DeviceScalar(dtype={self._dtype.name}, stream={self._stream!r})"
+
+
+register_device_wrapper(DeviceScalar, DeviceScalar.inner)

@@ -98,19 +98,24 @@ class Recording:
         """The cuda.core ``GraphBuilder`` doing the recording."""
         return self._builder
 
-    def finish(self) -> "Executable":
+    def finish(self, instantiate: bool = True) -> "Executable":
+        """End the capture. With ``instantiate=False`` the graph is
+        instantiated on first use instead: CUDA refuses to instantiate while
+        another capture is active in a way that covers this thread."""
         builder = self._builder
         try:
             builder.end_building()
         except Exception:
             self.abort()
             raise
-        try:
-            graph = builder.complete(_COMPLETE)
-        except Exception:
-            builder.close()
-            raise
-        return Executable(graph, builder, len(builder.graph_definition.nodes()))
+        executable = Executable(builder, len(builder.graph_definition.nodes()))
+        if instantiate:
+            try:
+                executable.instantiate()
+            except Exception:
+                executable.close()
+                raise
+        return executable
 
     def abort(self) -> None:
         """End the capture without a graph; the stream stops capturing."""
@@ -123,29 +128,41 @@ class Recording:
             err, graph = cu.cuStreamEndCapture(self.handle)
             if graph is not None and int(graph):
                 cu.cuGraphDestroy(graph)
-        self._builder.close()
+        try:
+            self._builder.close()
+        except Exception:
+            pass  # the builder's capture is already gone; nothing left to free
 
 
 class Executable:
     """An instantiated graph and the definition it came from."""
 
-    def __init__(self, graph, builder, num_nodes: int):
-        self._graph = graph
+    def __init__(self, builder, num_nodes: int):
+        self._graph = None
         self._builder = builder
         self.num_nodes = num_nodes
 
+    def instantiate(self):
+        if self._graph is None:
+            self._graph = self._builder.complete(_COMPLETE)
+        return self._graph
+
     def launch(self, handle: int) -> None:
-        self._graph.launch(_core_stream(handle))
+        graph = self._graph
+        if graph is None:
+            graph = self.instantiate()
+        graph.launch(_core_stream(handle))
 
     def upload(self, handle: int) -> None:
-        self._graph.upload(_core_stream(handle))
+        self.instantiate().upload(_core_stream(handle))
 
     def update(self, other: "Executable") -> None:
-        self._graph.update(other._builder)
+        self.instantiate().update(other._builder)
         self.num_nodes = other.num_nodes
 
     def close(self) -> None:
-        self._graph.close()
+        if self._graph is not None:
+            self._graph.close()
         self._builder.close()
 
 
@@ -190,26 +207,22 @@ def array_interface(dev: Any) -> dict:
     return dict(dev.__cuda_array_interface__, stream=None)
 
 
-def kernel_arg(obj: Any) -> Any:
-    """What a kernel launch receives for ``obj``: numba reads the interface."""
-    return obj
-
-
 # ---------------------------------------------------------------- launches
 
-_launch_hook: Callable[[int, Any, tuple], None] | None = None
+_launch_hook: Callable[[int, Any, tuple], tuple] | None = None
 _numba_call = CUDADispatcher.call
 
 
 def _hooked_call(self, args, launch_config):
     hook = _launch_hook
     if hook is not None:
-        hook(int(launch_config.stream.handle), self, args)
+        args = hook(int(launch_config.stream.handle), self, args)
     return _numba_call(self, args, launch_config)
 
 
-def set_launch_hook(hook: Callable[[int, Any, tuple], None]) -> None:
-    """Call ``hook(stream_handle, kernel, args)`` before every kernel launch."""
+def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
+    """Call ``args = hook(stream_handle, kernel, args)`` before every kernel
+    launch; the kernel is launched with the arguments it returns."""
     global _launch_hook
     _launch_hook = hook
 

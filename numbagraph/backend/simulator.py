@@ -108,7 +108,7 @@ class Recording:
             if _recordings.get(self.handle) is self:
                 del _recordings[self.handle]
 
-    def finish(self) -> "Executable":
+    def finish(self, instantiate: bool = True) -> "Executable":
         self._stop()
         return Executable(self.nodes)
 
@@ -169,15 +169,9 @@ def array_interface(dev: Any) -> dict:
     }
 
 
-def kernel_arg(obj: Any) -> Any:
-    """Simulated kernels take device arrays, not interface objects."""
-    unwrap = getattr(obj, "__numbagraph_device_array__", None)
-    return obj if unwrap is None else unwrap()
-
-
 # ---------------------------------------------------------------- launches
 
-_launch_hook: Callable[[int, Any, tuple], None] | None = None
+_launch_hook: Callable[[int, Any, tuple], tuple] | None = None
 _run_lock = threading.RLock()
 
 
@@ -202,8 +196,7 @@ class _ConfiguredLaunch:
         handle = stream_handle(self.stream)
         hook = _launch_hook
         if hook is not None:
-            hook(handle, self.kernel, args)
-        args = tuple(kernel_arg(a) for a in args)
+            args = hook(handle, self.kernel, args)
         call = functools.partial(
             _run, self.kernel, self.grid, self.block, self.shared, args
         )
@@ -220,8 +213,9 @@ def _getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
     return _ConfiguredLaunch(self, *configuration)
 
 
-def set_launch_hook(hook: Callable[[int, Any, tuple], None]) -> None:
-    """Call ``hook(stream_handle, kernel, args)`` before every kernel launch."""
+def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
+    """Call ``args = hook(stream_handle, kernel, args)`` before every kernel
+    launch; the kernel is launched with the arguments it returns."""
     global _launch_hook
     _launch_hook = hook
 
