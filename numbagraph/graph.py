@@ -29,6 +29,15 @@ class _Resources:
             executable.close()
 
 
+class _ClosedLaunchers(dict):
+    """What a closed graph launches through: every lookup refuses."""
+
+    def get(self, handle: int, default: Any = None) -> Any:
+        raise GraphClosedError(
+            "this graph was closed; capture a new one to replay the work"
+        )
+
+
 class CapturedGraph:
     """An instantiated CUDA graph recorded by :func:`numbagraph.capture`.
 
@@ -52,6 +61,7 @@ class CapturedGraph:
         self._res = _Resources(executable, keepalive)
         self._stream = stream
         self._handle = handle
+        self._launchers: dict[int, Any] = {}
         self._finalizer = weakref.finalize(self, _Resources.release, self._res)
 
     def _executable(self) -> Any:
@@ -67,7 +77,11 @@ class CapturedGraph:
 
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the capture stream)."""
-        self._executable().launch(self._target(stream))
+        handle = self._handle if stream is None else _backend.stream_handle(stream)
+        launch = self._launchers.get(handle)
+        if launch is None:
+            launch = self._launchers[handle] = self._executable().launcher(handle)
+        launch()
 
     def upload(self, stream: Any = None) -> None:
         """Upload the graph to the device ahead of its first launch, so that
@@ -93,6 +107,7 @@ class CapturedGraph:
 
     def close(self) -> None:
         """Free the graph now. Launching it afterwards raises GraphClosedError."""
+        self._launchers = _ClosedLaunchers()
         self._finalizer()
 
     @property

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from .backend import active as _backend
-from .capture import recording_for, register_device_wrapper
+from .capture import _sessions, register_device_wrapper
 from .errors import ScalarValueError
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
@@ -64,6 +64,8 @@ def _checker(dtype: np.dtype):
         lo, hi = int(info.min), int(info.max)
 
         def check(value):
+            if type(value) is int and lo <= value <= hi:
+                return value  # the common case, kept short for replay loops
             if isinstance(value, (float, np.floating)):
                 if not math.isfinite(value) or value != math.floor(value):
                     raise ScalarValueError(
@@ -87,6 +89,8 @@ def _checker(dtype: np.dtype):
     big = float(finfo.max)
 
     def check(value):
+        if type(value) is float and -big <= value <= big:
+            return value  # the common case, kept short for replay loops
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
             value, bool
         ):
@@ -129,7 +133,8 @@ class DeviceScalar:
     """
 
     __slots__ = (
-        "_dtype", "_check", "_dev", "_buf", "_stream", "_handle", "__weakref__",
+        "_dtype", "_check", "_dev", "_buf", "_stream", "_handle", "_store",
+        "__weakref__",
     )
 
     def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None):
@@ -146,6 +151,7 @@ class DeviceScalar:
         self._buf = np.zeros(1, dtype)
         self._buf[0] = self._check(value)
         self._dev = cuda.to_device(self._buf, stream=self._stream)
+        self._store = _backend.scalar_store(self._dev, self._buf, self._handle)
 
     @property
     def dtype(self) -> np.dtype:
@@ -162,14 +168,13 @@ class DeviceScalar:
         Raises ScalarValueError, leaving the device value unchanged, when
         ``value`` does not fit the dtype.
         """
-        buf = self._buf
-        buf[0] = self._check(value)
-        recording = recording_for(self._handle)
-        if recording is None:
-            _backend.scalar_store(self._dev, buf, self._handle)
+        self._buf[0] = self._check(value)
+        session = _sessions.get(self._handle) if _sessions else None
+        if session is None:
+            self._store()
         else:
-            recording.keep(self)
-            _backend.scalar_store_recorded(self._dev, buf, self._handle)
+            session.keep(self)
+            _backend.scalar_store_recorded(self._dev, self._buf, self._handle)
 
     @property
     def value(self) -> Any:

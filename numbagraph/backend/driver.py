@@ -147,11 +147,19 @@ class Executable:
             self._graph = self._builder.complete(_COMPLETE)
         return self._graph
 
-    def launch(self, handle: int) -> None:
-        graph = self._graph
-        if graph is None:
-            graph = self.instantiate()
-        graph.launch(_core_stream(handle))
+    def launcher(self, handle: int) -> Callable[[], None]:
+        """A call that launches the graph on the stream, with every argument
+        converted once: replay loops pay for the driver call alone."""
+        graph_exec = self.instantiate().handle
+        stream = cu.CUstream(handle)
+        graph_launch = cu.cuGraphLaunch
+
+        def launch() -> None:
+            err, = graph_launch(graph_exec, stream)
+            if err:
+                raise DriverError("cuGraphLaunch", err)
+
+        return launch
 
     def upload(self, handle: int) -> None:
         self.instantiate().upload(_core_stream(handle))
@@ -168,18 +176,24 @@ class Executable:
 
 # ---------------------------------------------------------------- scalars
 
-def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> None:
-    """Enqueue ``buf`` -> ``dev`` on the stream.
+def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
+    """A call that enqueues ``buf`` -> ``dev`` on the stream.
 
     ``buf`` is pageable, so the driver has consumed it when the call returns
-    and the next store may reuse it at once.
+    and the next store may reuse it at once; that keeps back-to-back updates
+    from overwriting each other.
     """
-    _check(
-        "cuMemcpyHtoDAsync",
-        cu.cuMemcpyHtoDAsync(
-            dev.device_ctypes_pointer.value, buf.ctypes.data, buf.nbytes, handle
-        ),
-    )
+    dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
+    src, nbytes = buf.ctypes.data, buf.nbytes
+    stream = cu.CUstream(handle)
+    copy = cu.cuMemcpyHtoDAsync
+
+    def store() -> None:
+        err, = copy(dst, src, nbytes, stream)
+        if err:
+            raise DriverError("cuMemcpyHtoDAsync", err)
+
+    return store
 
 
 def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:

@@ -122,14 +122,17 @@ class Executable:
         self._nodes = tuple(nodes)
         self.num_nodes = len(self._nodes)
 
-    def launch(self, handle: int) -> None:
-        recording = _recordings.get(handle)
-        if recording is not None:
-            # Launching a graph into a capture embeds it, as CUDA does.
-            recording.nodes.extend(self._nodes)
-            return
-        for node in self._nodes:
-            node()
+    def launcher(self, handle: int) -> Callable[[], None]:
+        def launch() -> None:
+            recording = _recordings.get(handle)
+            if recording is not None:
+                # Launching a graph into a capture embeds it, as CUDA does.
+                recording.nodes.extend(self._nodes)
+                return
+            for node in self._nodes:
+                node()
+
+        return launch
 
     def upload(self, handle: int) -> None:
         """Nothing to upload: simulated graphs live on the host."""
@@ -148,8 +151,9 @@ class Executable:
 
 # ---------------------------------------------------------------- scalars
 
-def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> None:
-    dev.copy_to_device(buf)
+def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
+    """A call that copies ``buf`` -> ``dev`` (at once: the simulator is synchronous)."""
+    return functools.partial(dev.copy_to_device, buf)
 
 
 def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
