@@ -8,7 +8,22 @@ is present.
 
 from .backend import active as _backend
 from .capture import CAPTURE_MODES, begin_capture, capture, end_capture, is_capturing
-from .errors import CaptureError, GraphClosedError, NumbagraphError, ScalarValueError
+from .conditional import (
+    Condition,
+    ConditionalBlock,
+    if_else,
+    if_then,
+    set_condition,
+    switch,
+    while_loop,
+)
+from .errors import (
+    CaptureError,
+    ConditionalError,
+    GraphClosedError,
+    NumbagraphError,
+    ScalarValueError,
+)
 from .graph import CapturedGraph
 from .scalar import SCALAR_DTYPES, DeviceScalar
 
@@ -28,6 +43,14 @@ __all__ = [
     "CaptureError",
     "GraphClosedError",
     "ScalarValueError",
+    "Condition",
+    "ConditionalBlock",
+    "set_condition",
+    "while_loop",
+    "if_then",
+    "if_else",
+    "switch",
+    "ConditionalError",
 ]
 
 

@@ -8,11 +8,22 @@ exception a Python user would expect (``ValueError`` for a bad value,
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "NumbagraphError",
     "CaptureError",
+    "CaptureStateError",
+    "CaptureInvalidatedError",
+    "UncapturableOperationError",
+    "AllocationInCaptureError",
+    "HostArrayInCaptureError",
+    "HostCopyInCaptureError",
+    "SyncInCaptureError",
+    "ForeignStreamInCaptureError",
     "GraphClosedError",
     "ScalarValueError",
+    "ConditionalError",
 ]
 
 
@@ -29,6 +40,48 @@ class CaptureError(NumbagraphError, RuntimeError):
     """
 
 
+class CaptureStateError(CaptureError):
+    """A capture was begun or ended in the wrong state: on a stream that
+    already captures, on the legacy default stream, on a stream that does not
+    capture, or from a thread that did not begin it."""
+
+
+class CaptureInvalidatedError(CaptureError):
+    """The capture was ended earlier, when an operation that cannot be
+    captured was refused; its graph was discarded. Raised by ``end_capture``
+    (or the end of the ``with`` block) and by further work on the stream."""
+
+
+class UncapturableOperationError(CaptureError):
+    """An operation that a CUDA graph cannot record was attempted while a
+    capture was active. The operation did not run; the capture it would have
+    broken was ended and its graph discarded."""
+
+
+class AllocationInCaptureError(UncapturableOperationError):
+    """Device, pinned or mapped memory was allocated during a capture."""
+
+
+class HostArrayInCaptureError(UncapturableOperationError):
+    """A host (NumPy) array was passed to a kernel during a capture."""
+
+
+class HostCopyInCaptureError(UncapturableOperationError):
+    """A copy between host and device was enqueued on a capturing stream, or
+    on the legacy default stream while a capture was active."""
+
+
+class SyncInCaptureError(UncapturableOperationError):
+    """The host waited on a capturing stream, on the device, or on an event
+    recorded inside a capture."""
+
+
+class ForeignStreamInCaptureError(UncapturableOperationError):
+    """Work on another stream would have joined the capture: the legacy
+    default stream (which waits on every blocking stream), or a stream made
+    to wait on an event recorded inside the capture."""
+
+
 class GraphClosedError(NumbagraphError, RuntimeError):
     """A graph was used after :meth:`CapturedGraph.close`."""
 
@@ -38,3 +91,106 @@ class ScalarValueError(NumbagraphError, ValueError):
 
     The device value is left unchanged.
     """
+
+
+class ConditionalError(NumbagraphError, RuntimeError):
+    """A condition or conditional block was used in a way CUDA graphs do not
+    allow, or the CUDA in use has no conditional nodes.
+
+    Raised as a condition is made, a block opens or a kernel is launched, it
+    leaves the capture as it was: nothing was recorded. Raised as a block or
+    the capture ends, the capture is discarded.
+    """
+
+
+# What the driver's stream-capture errors mean, in the terms of this module:
+# (class, what happened, what to do).
+_DRIVER_CAPTURE_ERRORS = {
+    "UNSUPPORTED": (
+        UncapturableOperationError,
+        "a CUDA call that cannot run during capture (an allocation, a "
+        "synchronisation or a synchronous copy) was made through a path "
+        "numbagraph does not check, such as another library or a raw driver call",
+        "do that work before the capture begins or after it ends",
+    ),
+    "INVALIDATED": (
+        CaptureInvalidatedError,
+        "an earlier operation that cannot be captured invalidated the capture",
+        "find that operation (allocation, synchronisation, host copy) and move "
+        "it before the capture or after it",
+    ),
+    "MERGE": (
+        ForeignStreamInCaptureError,
+        "work joined two separate captures",
+        "keep each capture's work on its own stream",
+    ),
+    "UNMATCHED": (
+        CaptureStateError,
+        "the capture was ended on a stream other than the one that began it",
+        "end the capture on the stream it began on",
+    ),
+    "UNJOINED": (
+        ForeignStreamInCaptureError,
+        "another stream joined the capture and was not joined back",
+        "launch all captured work on the capturing stream",
+    ),
+    "ISOLATION": (
+        ForeignStreamInCaptureError,
+        "the capture was made to wait on work outside it",
+        "wait on that work before the capture begins",
+    ),
+    "IMPLICIT": (
+        ForeignStreamInCaptureError,
+        "work on the legacy default stream would have waited on the capturing "
+        "stream",
+        "launch on the capturing stream or on a stream from cuda.stream()",
+    ),
+    "CAPTURED_EVENT": (
+        SyncInCaptureError,
+        "an event recorded inside the capture was queried or waited on",
+        "wait on it after the graph has been launched",
+    ),
+    "WRONG_THREAD": (
+        CaptureStateError,
+        "a capture begun in mode 'global' or 'thread_local' was ended from "
+        "another thread",
+        "end it on the thread that began it, or capture with mode='relaxed'",
+    ),
+}
+_DRIVER_CODES = dict(zip(range(900, 909), _DRIVER_CAPTURE_ERRORS))
+_DRIVER_NAME = re.compile(r"CUDA_ERROR_STREAM_CAPTURE_([A-Z_]+)")
+
+
+def _driver_capture_code(exc: BaseException) -> str | None:
+    seen = 0
+    while exc is not None and seen < 8:
+        for attr in ("code", "result"):
+            try:
+                name = _DRIVER_CODES.get(int(getattr(exc, attr)))
+            except (AttributeError, TypeError, ValueError):
+                name = None
+            if name is not None:
+                return name
+        match = _DRIVER_NAME.search(str(exc))
+        if match is not None and match.group(1) in _DRIVER_CAPTURE_ERRORS:
+            return match.group(1)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def translate_driver_error(exc: BaseException, stream: str) -> CaptureError | None:
+    """The :class:`CaptureError` that says what a driver stream-capture error
+    (``CUDA_ERROR_STREAM_CAPTURE_*``) raised while ``stream`` captured means,
+    or None when ``exc`` is not one."""
+    if isinstance(exc, CaptureError):
+        return None
+    name = _driver_capture_code(exc)
+    if name is None:
+        return None
+    cls, what, instead = _DRIVER_CAPTURE_ERRORS[name]
+    return cls(
+        f"the capture on {stream} failed: {what} "
+        f"(CUDA_ERROR_STREAM_CAPTURE_{name}). Instead, {instead}. The capture "
+        "was ended and its graph discarded; the stream is usable and a new "
+        "capture may begin"
+    )

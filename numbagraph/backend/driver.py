@@ -90,6 +90,8 @@ class Recording:
 
     def __init__(self, handle: int, mode: str):
         self.handle = handle
+        # Checks that must pass before the capture may end.
+        self.finish_checks: list[Callable[[], None]] = []
         self._builder = _core_stream(handle).create_graph_builder()
         self._builder.begin_building(mode)
 
@@ -104,6 +106,8 @@ class Recording:
         another capture is active in a way that covers this thread."""
         builder = self._builder
         try:
+            for check in self.finish_checks:
+                check()
             builder.end_building()
         except Exception:
             self.abort()
@@ -242,3 +246,14 @@ def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
 
 
 CUDADispatcher.call = _hooked_call
+
+
+# ---------------------------------------------------------------- conditionals
+
+from .driver_conditional import (  # noqa: E402  (needs the names above)
+    ConditionalNode,
+    condition_argument,
+    condition_create,
+    conditional_version,
+    set_condition,
+)

@@ -100,6 +100,10 @@ class Recording:
     def __init__(self, handle: int, mode: str):
         self.handle = handle
         self.nodes: list[Callable[[], None]] = []
+        # Calls run as every launch starts (condition defaults), and checks
+        # that must pass before the capture may end.
+        self.prologue: list[Callable[[], None]] = []
+        self.finish_checks: list[Callable[[], None]] = []
         with _recordings_lock:
             _recordings[handle] = self
 
@@ -109,8 +113,14 @@ class Recording:
                 del _recordings[self.handle]
 
     def finish(self, instantiate: bool = True) -> "Executable":
+        try:
+            for check in self.finish_checks:
+                check()
+        except Exception:
+            self.abort()
+            raise
         self._stop()
-        return Executable(self.nodes)
+        return Executable(self.nodes, self.prologue)
 
     def abort(self) -> None:
         self._stop()
@@ -118,8 +128,9 @@ class Recording:
 
 
 class Executable:
-    def __init__(self, nodes: list[Callable[[], None]]):
+    def __init__(self, nodes: list[Callable[[], None]], prologue: list = ()):
         self._nodes = tuple(nodes)
+        self._prologue = tuple(prologue)
         self.num_nodes = len(self._nodes)
 
     def launcher(self, handle: int) -> Callable[[], None]:
@@ -128,7 +139,10 @@ class Executable:
             if recording is not None:
                 # Launching a graph into a capture embeds it, as CUDA does.
                 recording.nodes.extend(self._nodes)
+                recording.prologue.extend(self._prologue)
                 return
+            for call in self._prologue:
+                call()
             for node in self._nodes:
                 node()
 
@@ -144,6 +158,7 @@ class Executable:
                 f"given, {self.num_nodes} expected"
             )
         self._nodes = other._nodes
+        self._prologue = other._prologue
 
     def close(self) -> None:
         self._nodes = ()
@@ -225,3 +240,14 @@ def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
 
 
 FakeCUDAKernel.__getitem__ = _getitem
+
+
+# ---------------------------------------------------------------- conditionals
+
+from .simulator_conditional import (  # noqa: E402  (needs the names above)
+    ConditionalNode,
+    condition_argument,
+    condition_create,
+    conditional_version,
+    set_condition,
+)

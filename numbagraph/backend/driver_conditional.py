@@ -1,0 +1,194 @@
+"""Conditional nodes on the CUDA driver.
+
+A conditional node's bodies are recorded on the capturing stream itself: the
+capture is paused (``cuStreamEndCapture`` hands back the graph being built),
+the node is added after the work captured so far, and the stream then
+captures into a body graph with ``cuStreamBeginCaptureToGraph``. Closing a
+body resumes the capture of the enclosing graph where it stopped, so code
+that launches on the stream never has to know which graph it records into.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+from cuda import bindings as _bindings
+from cuda.bindings import driver as cu
+from numba import cuda
+
+from .driver import _CAPTURE_ACTIVE, DriverError, _check, is_capturing
+
+__all__ = [
+    "ConditionalNode",
+    "condition_argument",
+    "condition_create",
+    "conditional_version",
+    "set_condition",
+]
+
+
+def _version_tuple(text: str) -> tuple[int, int]:
+    parts = (text.split(".") + ["0"])[:2]
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
+
+
+_SOURCE = pathlib.Path(__file__).with_name("conditional.cu")
+
+# cuda-bindings 13 gives cuGraphAddNode edge data; 12 has it in _v2 only.
+_EDGE_DATA = _version_tuple(_bindings.__version__) >= (13, 0)
+
+_MODES = {
+    "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
+
+
+def conditional_version() -> tuple[int, int]:
+    """The CUDA version whose conditional nodes can be used: the older of the
+    driver and the cuda-bindings package, as ``(major, minor)``."""
+    raw = _check("cuDriverGetVersion", cu.cuDriverGetVersion())
+    driver = (raw // 1000, (raw % 1000) // 10)
+    return min(driver, _version_tuple(_bindings.__version__))
+
+
+# ---------------------------------------------------------------- conditions
+
+_set_conditional = cuda.declare_device(
+    "ng_set_condition", "int32(uint64, uint32)", link=[str(_SOURCE)]
+)
+
+
+@cuda.jit(device=True)
+def set_condition(cond, value):
+    """Set ``cond`` to ``value`` (non-zero: true) from device code."""
+    _set_conditional(np.uint64(cond), np.uint32(value))
+
+
+def _capture_info(handle: int) -> tuple:
+    """``(status, graph, dependencies, count)`` of the stream's capture.
+
+    Only the dependency nodes are kept: edge data (cuda-bindings 13) is
+    returned in memory the driver reuses once the capture pauses, and numba
+    launches only ever make default edges.
+    """
+    status, _id, graph, deps, *_, count = _check(
+        "cuStreamGetCaptureInfo", cu.cuStreamGetCaptureInfo(handle)
+    )
+    return status, graph, list(deps[:count]) if count else [], count
+
+
+def _add_node(graph: Any, deps: list, params: Any) -> Any:
+    if _EDGE_DATA:
+        ret = cu.cuGraphAddNode(graph, deps, None, len(deps), params)
+    else:
+        ret = cu.cuGraphAddNode(graph, deps, len(deps), params)
+    return _check("cuGraphAddNode", ret)
+
+
+def condition_create(handle: int, default: int | None) -> Any:
+    """A conditional handle of the graph the stream captures into."""
+    status, graph, _, _ = _capture_info(handle)
+    if status != _CAPTURE_ACTIVE:
+        raise RuntimeError("the capture was invalidated by an earlier operation")
+    ctx = _check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+    flags = 0 if default is None else cu.CU_GRAPH_COND_ASSIGN_DEFAULT
+    return _check(
+        "cuGraphConditionalHandleCreate",
+        cu.cuGraphConditionalHandleCreate(graph, ctx, default or 0, flags),
+    )
+
+
+def condition_argument(state: Any) -> np.uint64:
+    """What a kernel is given for a condition: the handle, a uint64."""
+    return np.uint64(int(state))
+
+
+# ---------------------------------------------------------------- nodes
+
+_NODE_KINDS = {
+    "while": "CU_GRAPH_COND_TYPE_WHILE",
+    "if": "CU_GRAPH_COND_TYPE_IF",
+    "switch": "CU_GRAPH_COND_TYPE_SWITCH",
+}
+
+
+def _pause(handle: int) -> tuple:
+    """End the capture on the stream for now; returns what resumes it."""
+    status, graph, deps, _ = _capture_info(handle)
+    if status != _CAPTURE_ACTIVE:
+        raise RuntimeError("the capture was invalidated by an earlier operation")
+    _check("cuStreamEndCapture", cu.cuStreamEndCapture(handle))
+    return graph, deps
+
+
+def _resume(handle: int, mode: str, graph: Any, deps: list) -> None:
+    _check(
+        "cuStreamBeginCaptureToGraph",
+        cu.cuStreamBeginCaptureToGraph(
+            handle, graph, deps or None, None, len(deps), _MODES[mode]
+        ),
+    )
+
+
+class ConditionalNode:
+    """A conditional node added where the stream's capture stands now.
+
+    ``begin_branch(i)`` makes the stream capture into body ``i``;
+    ``end_branch()`` goes back to the enclosing graph, after the node.
+    """
+
+    def __init__(self, handle: int, condition: Any, kind: str, size: int, mode: str):
+        self._handle, self._mode = handle, mode
+        self._saved: tuple | None = None
+        graph, deps = _pause(handle)
+        node = None
+        try:
+            params = cu.CUgraphNodeParams()
+            params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+            params.conditional.handle = condition
+            params.conditional.type = getattr(
+                cu.CUgraphConditionalNodeType, _NODE_KINDS[kind]
+            )
+            params.conditional.size = size
+            params.conditional.ctx = _check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+            node = _add_node(graph, deps, params)
+            self._bodies = [params.conditional.phGraph_out[i] for i in range(size)]
+        finally:
+            _resume(handle, mode, graph, deps if node is None else [node])
+
+    def begin_branch(self, index: int) -> None:
+        saved = _pause(self._handle)
+        try:
+            _check(
+                "cuStreamBeginCaptureToGraph",
+                cu.cuStreamBeginCaptureToGraph(
+                    self._handle, self._bodies[index], None, None, 0, _MODES[self._mode]
+                ),
+            )
+        except DriverError:
+            _resume(self._handle, self._mode, *saved)
+            raise
+        self._saved = saved
+
+    def end_branch(self) -> None:
+        saved, self._saved = self._saved, None
+        try:
+            _check("cuStreamEndCapture", cu.cuStreamEndCapture(self._handle))
+        finally:
+            _resume(self._handle, self._mode, *saved)
+
+    def abandon_branch(self, resume: bool) -> None:
+        """Stop recording the body after a failure; resume the enclosing
+        capture only if it still exists (``resume``)."""
+        saved, self._saved = self._saved, None
+        if not resume or saved is None:
+            return
+        if is_capturing(self._handle):
+            cu.cuStreamEndCapture(self._handle)  # an invalidated body ends too
+        try:
+            _resume(self._handle, self._mode, *saved)
+        except DriverError:
+            pass  # the enclosing capture is aborted next; nothing to restore

@@ -1,0 +1,122 @@
+"""Conditional nodes on Numba's CUDA simulator.
+
+A condition is a host-side cell that simulated kernels write through
+``set_condition``. A conditional node is one recorded call holding its bodies
+as lists of calls; while a body is open, the capture's node list is swapped
+for the body's, so launches on the stream land there as on the GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .simulator import _recordings
+
+__all__ = [
+    "ConditionalNode",
+    "condition_argument",
+    "condition_create",
+    "conditional_version",
+    "set_condition",
+]
+
+_UINT32 = 0xFFFFFFFF
+
+
+def conditional_version() -> tuple[int, int]:
+    """The simulator runs every kind of node CUDA 12.8 offers."""
+    return (12, 8)
+
+
+class ConditionCell:
+    """The value of one condition, as the simulated graph sees it."""
+
+    __slots__ = ("value", "default")
+
+    def __init__(self, default: int | None):
+        self.default = default
+        self.value = 0 if default is None else default
+
+    def reset(self) -> None:
+        self.value = self.default
+
+    def __repr__(self) -> str:
+        return f"<simulated graph condition = {self.value}>"
+
+
+def set_condition(cond: Any, value: Any) -> None:
+    """Set ``cond`` to ``value`` (non-zero: true) from a simulated kernel."""
+    if not isinstance(cond, ConditionCell):
+        raise TypeError(
+            f"set_condition takes the ng.Condition passed to the kernel, not "
+            f"{type(cond).__name__}"
+        )
+    cond.value = int(value) & _UINT32  # the uint32 the device stores
+
+
+def condition_create(handle: int, default: int | None) -> ConditionCell:
+    cell = ConditionCell(default)
+    if default is not None:
+        # CUDA assigns the default as each launch of the graph starts.
+        _recordings[handle].prologue.append(cell.reset)
+    return cell
+
+
+def condition_argument(state: ConditionCell) -> ConditionCell:
+    return state
+
+
+def _run(calls: list[Callable[[], None]]) -> None:
+    for call in calls:
+        call()
+
+
+class _Node:
+    """The recorded call: runs the bodies the condition selects."""
+
+    __slots__ = ("kind", "cell", "bodies")
+
+    def __init__(self, kind: str, cell: ConditionCell, size: int):
+        self.kind, self.cell = kind, cell
+        self.bodies: list[list[Callable[[], None]]] = [[] for _ in range(size)]
+
+    def __call__(self) -> None:
+        cell, bodies = self.cell, self.bodies
+        if self.kind == "while":
+            while cell.value:
+                _run(bodies[0])
+        elif self.kind == "if":
+            if cell.value:
+                _run(bodies[0])
+            elif len(bodies) == 2:
+                _run(bodies[1])
+        elif cell.value < len(bodies):
+            _run(bodies[cell.value])
+
+
+class ConditionalNode:
+    """A conditional node appended where the stream's capture stands now.
+
+    ``begin_branch(i)`` makes the stream record into body ``i``;
+    ``end_branch()`` goes back to the enclosing list, after the node.
+    """
+
+    def __init__(self, handle: int, condition: ConditionCell, kind: str, size: int, mode: str):
+        self._handle = handle
+        self._node = _Node(kind, condition, size)
+        self._saved: list | None = None
+        _recordings[handle].nodes.append(self._node)
+
+    def begin_branch(self, index: int) -> None:
+        recording = _recordings[self._handle]
+        self._saved, recording.nodes = recording.nodes, self._node.bodies[index]
+
+    def end_branch(self) -> None:
+        saved, self._saved = self._saved, None
+        _recordings[self._handle].nodes = saved
+
+    def abandon_branch(self, resume: bool) -> None:
+        saved, self._saved = self._saved, None
+        recording = _recordings.get(self._handle)
+        if resume and saved is not None and recording is not None:
+            recording.nodes = saved

@@ -1,0 +1,466 @@
+"""Conditional graph nodes: loops and branches decided on the GPU.
+
+Inside ``ng.capture(s)``, ``with ng.while_loop(cond):`` records the work
+enqueued on ``s`` in the block into the body of a loop instead of into the
+graph itself. When the graph runs, the GPU repeats the body while ``cond`` is
+non-zero, and a kernel in the body changes ``cond`` with
+``ng.set_condition(cond, value)``: an iterative solver runs to convergence in
+one graph launch, with no round trip to the host per iteration.
+``ng.if_then``, ``ng.if_else`` and ``ng.switch`` select bodies the same way.
+
+Rules of conditionals:
+
+* A :class:`Condition` is made inside a capture and belongs to it: kernels of
+  that capture receive it as an argument, and it drives exactly one block,
+  opened in the capture (or block) where the condition was made or deeper.
+* A block records what is launched on the capture stream inside it, nothing
+  else; blocks nest. A body holds kernels, DeviceScalar updates and
+  device-to-device copies, not work that involves the host.
+* A while loop's body must launch a kernel that is given its Condition:
+  nothing else can end the loop.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from .backend import active as _backend
+from .capture import _sessions, recording_for, register_device_wrapper
+from .errors import ConditionalError
+
+__all__ = [
+    "Condition",
+    "ConditionalBlock",
+    "set_condition",
+    "while_loop",
+    "if_then",
+    "if_else",
+    "switch",
+    "IF_WHILE_CUDA",
+    "ELSE_SWITCH_CUDA",
+]
+
+IF_WHILE_CUDA = (12, 3)
+"""The CUDA version that introduced conditional nodes (if and while)."""
+
+ELSE_SWITCH_CUDA = (12, 8)
+"""The CUDA version that added if/else and switch nodes."""
+
+_UINT32_MAX = 2**32 - 1
+
+set_condition = _backend.set_condition
+"""``ng.set_condition(cond, value)``, called from a kernel: set the
+:class:`Condition` the kernel was given to ``value`` (an unsigned 32-bit
+integer or a bool; non-zero is true). A graph node reading the condition
+afterwards sees the new value.
+
+Example::
+
+    @cuda.jit
+    def keep_going(counter, limit, cond):
+        if cuda.grid(1) == 0:
+            ng.set_condition(cond, counter[0] < limit)
+"""
+
+
+def _require_cuda(version: tuple[int, int], what: str) -> None:
+    have = _backend.conditional_version()
+    if tuple(have) < version:
+        raise ConditionalError(
+            f"{what} needs CUDA {version[0]}.{version[1]} or newer, but the "
+            f"driver or cuda-bindings in use offers CUDA {have[0]}.{have[1]}; "
+            "update the NVIDIA driver and cuda-bindings"
+        )
+
+
+# ---------------------------------------------------------------- per capture
+
+class _Frame:
+    """The capture itself, or one open block inside it."""
+
+    __slots__ = ("name", "condition", "node", "sets_condition")
+
+    def __init__(self, name: str, condition: "Condition | None" = None, node: Any = None):
+        self.name = name
+        self.condition = condition  # a while loop's condition, which its body must set
+        self.node = node
+        self.sets_condition = False
+
+
+class _Blocks:
+    """The conditional state of one capture: its open blocks, innermost last,
+    and the conditions made in it."""
+
+    def __init__(self, session: Any):
+        self.session = session
+        self.stream = session.stream
+        self.stack = [_Frame("the capture")]
+        self.conditions: list[Condition] = []
+        self.broken: str | None = None
+        session.recording.finish_checks.append(self._finish)
+
+    @property
+    def current(self) -> _Frame:
+        return self.stack[-1]
+
+    def alive(self) -> bool:
+        session = self.session
+        return session is not None and recording_for(session.handle) is session
+
+    def _finish(self) -> None:
+        """Run as the capture ends, before the graph is built."""
+        session, self.session = self.session, None
+        if _by_handle.get(session.handle) is self:
+            del _by_handle[session.handle]
+        still_open = self.stack[1:]
+        del self.stack[1:]
+        for frame in reversed(still_open):
+            frame.node.abandon_branch(resume=True)
+        if still_open:
+            raise ConditionalError(
+                f"the capture ended inside {still_open[-1].name}: end each "
+                "conditional block (leave its `with`) before ending the capture"
+            )
+        if self.broken:
+            raise ConditionalError(self.broken)
+        unused = sum(1 for c in self.conditions if not c._used)
+        if unused:
+            raise ConditionalError(
+                f"{unused} Condition(s) made in this capture drive no block, and "
+                "CUDA does not instantiate a graph with an unused condition: "
+                "open a block with each Condition, or do not make it"
+            )
+
+
+_by_handle: dict[int, _Blocks] = {}
+
+
+def _blocks_for(session: Any) -> _Blocks:
+    blocks = _by_handle.get(session.handle)
+    if blocks is None or blocks.session is not session:
+        blocks = _by_handle[session.handle] = _Blocks(session)
+    return blocks
+
+
+def _session_for(stream: Any, what: str) -> Any:
+    if stream is not None:
+        session = recording_for(_backend.stream_handle(stream))
+        if session is None:
+            raise ConditionalError(
+                f"{stream!r} is not capturing: {what} only inside "
+                "`with ng.capture(stream):`"
+            )
+        return session
+    sessions = list(_sessions.values())
+    if len(sessions) == 1:
+        return sessions[0]
+    if not sessions:
+        raise ConditionalError(
+            f"no capture is in progress: {what} only inside `with ng.capture(s):`"
+        )
+    raise ConditionalError(
+        f"{len(sessions)} captures are in progress; say which one with stream="
+    )
+
+
+# ---------------------------------------------------------------- conditions
+
+def _check_default(default: Any) -> int | None:
+    if default is None:
+        return None
+    if isinstance(default, (bool, numbers.Integral)):
+        value = int(default)
+        if 0 <= value <= _UINT32_MAX:
+            return value
+        raise ValueError(
+            f"a Condition holds an unsigned 32-bit value; {default!r} is out of "
+            f"range 0..{_UINT32_MAX}"
+        )
+    raise TypeError(
+        f"a Condition's default is an int or bool (or None), not "
+        f"{type(default).__name__}"
+    )
+
+
+class Condition:
+    """A value the GPU reads to decide a conditional node: loop again, or
+    which branch to take.
+
+    Make it inside a capture, pass it to kernels as an argument (they receive
+    a handle and call ``ng.set_condition(cond, value)``), and open one block
+    with it: :func:`while_loop`, :func:`if_then`, :func:`if_else` or
+    :func:`switch`.
+
+    ``default`` is assigned as each launch of the graph starts. With
+    ``default=None`` the value is not reset between launches, so a kernel
+    must set it before the conditional node reads it.
+
+    Example::
+
+        with ng.capture(s) as cap:
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                sweep[grid, block, s](u, residual, more)
+
+    Args:
+        default: an unsigned 32-bit int or a bool, or None.
+        stream: the capturing stream; needed only while several captures
+            are in progress.
+    """
+
+    __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "__weakref__")
+
+    def __init__(self, default: int | bool | None = None, *, stream: Any = None):
+        default = _check_default(default)
+        session = _session_for(stream, "make an ng.Condition")
+        _require_cuda(IF_WHILE_CUDA, "ng.Condition (a conditional graph node)")
+        blocks = _blocks_for(session)
+        try:
+            state = _backend.condition_create(session.handle, default)
+        except Exception as exc:
+            raise ConditionalError(
+                f"could not make a condition in the capture on {session.stream!r}: {exc}"
+            ) from exc
+        self._blocks = blocks
+        self._scope = blocks.current
+        self._state = state
+        self._default = default
+        self._used = False
+        blocks.conditions.append(self)
+
+    @property
+    def default(self) -> int | None:
+        """The value assigned as each launch starts; None: not reset."""
+        return self._default
+
+    @property
+    def stream(self) -> Any:
+        """The stream whose capture the condition belongs to."""
+        return self._blocks.stream
+
+    def _live(self, what: str) -> _Blocks:
+        """The capture's state, once sure the condition may be used there now."""
+        blocks = self._blocks
+        if not blocks.alive():
+            raise ConditionalError(
+                f"{what}: this Condition belongs to a capture on "
+                f"{blocks.stream!r} that has ended. A Condition lives in the "
+                "capture that made it; make a new one inside the capture that uses it"
+            )
+        if self._scope not in blocks.stack:
+            raise ConditionalError(
+                f"{what}: this Condition was made inside {self._scope.name}, "
+                "which has ended; make it outside that block"
+            )
+        return blocks
+
+    def __repr__(self) -> str:
+        return f"<ng.Condition default={self._default} on {self._blocks.stream!r}>"
+
+
+def _kernel_argument(cond: Condition) -> Any:
+    blocks = cond._live("cannot pass this Condition to a kernel")
+    for frame in blocks.stack:
+        if frame.condition is cond:
+            frame.sets_condition = True
+    return _backend.condition_argument(cond._state)
+
+
+register_device_wrapper(Condition, _kernel_argument)
+
+
+# ---------------------------------------------------------------- blocks
+
+class _Conditional:
+    """One conditional node: what drives it, where it sits, its bodies."""
+
+    def __init__(self, cond: Any, kind: str, size: int, name: str, stream: Any):
+        if not isinstance(cond, Condition):
+            raise TypeError(f"{name} takes an ng.Condition, not {type(cond).__name__}")
+        blocks = cond._live(f"cannot use {name}")
+        if stream is not None and _backend.stream_handle(stream) != blocks.session.handle:
+            raise ConditionalError(
+                f"{name} was given {stream!r}, but its Condition belongs to the "
+                f"capture on {blocks.stream!r}: blocks record work launched on "
+                "the stream whose capture made the Condition"
+            )
+        self._check_unused(cond, name)
+        self.cond, self.kind, self.size, self.name = cond, kind, size, name
+        self.blocks = blocks
+        self.frame = blocks.current
+        self.node: Any = None
+        self.recorded = [False] * size
+
+    @staticmethod
+    def _check_unused(cond: Condition, name: str) -> None:
+        if cond._used:
+            raise ConditionalError(
+                f"cannot use {name}: this Condition already drives a block, and "
+                "CUDA ties each condition to one conditional node; make one "
+                "Condition per block"
+            )
+
+    def add_node(self) -> None:
+        """Add the node where the capture stands now."""
+        self._check_unused(self.cond, self.name)
+        session = self.blocks.session
+        try:
+            self.node = _backend.ConditionalNode(
+                session.handle, self.cond._state, self.kind, self.size, session.mode
+            )
+        except Exception as exc:
+            raise ConditionalError(
+                f"could not add {self.name} to the capture on {self.blocks.stream!r}: {exc}"
+            ) from exc
+        self.cond._used = True
+
+
+class ConditionalBlock:
+    """One body of a conditional node: ``with block:`` records the work
+    launched on the capture stream inside it into that body.
+
+    Each block records once, where its node was made (directly in the
+    capture, or in the block the node was made in).
+    """
+
+    __slots__ = ("_conditional", "_index", "_name", "_frame")
+
+    def __init__(self, conditional: _Conditional, index: int, name: str):
+        self._conditional = conditional
+        self._index = index
+        self._name = name
+        self._frame: _Frame | None = None
+
+    def __enter__(self) -> "ConditionalBlock":
+        c = self._conditional
+        blocks = c.cond._live(f"cannot open {self._name}")
+        if c.recorded[self._index]:
+            raise ConditionalError(
+                f"{self._name} was recorded already; each block records once"
+            )
+        if blocks.current is not c.frame:
+            raise ConditionalError(
+                f"{self._name} must open where its node was made ({c.frame.name}), "
+                f"not inside {blocks.current.name}"
+            )
+        if c.node is None:
+            c.add_node()
+        try:
+            c.node.begin_branch(self._index)
+        except Exception as exc:
+            raise ConditionalError(f"could not open {self._name}: {exc}") from exc
+        c.recorded[self._index] = True
+        self._frame = _Frame(
+            self._name, c.cond if c.kind == "while" else None, c.node
+        )
+        blocks.stack.append(self._frame)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        frame, self._frame = self._frame, None
+        blocks = self._conditional.blocks
+        if frame is None or frame not in blocks.stack:
+            return False  # the capture ended while the block was open, and said so
+        del blocks.stack[blocks.stack.index(frame):]
+        if exc_type is not None or not blocks.alive():
+            frame.node.abandon_branch(resume=blocks.alive())
+            return False
+        try:
+            frame.node.end_branch()
+        except Exception as err:
+            blocks.broken = f"{self._name} could not be recorded: {err}"
+            raise ConditionalError(
+                f"{blocks.broken}. A conditional body holds kernels, DeviceScalar "
+                "updates, device-to-device copies and nested conditional blocks; "
+                "nothing that copies to or from the host or waits for it"
+            ) from err
+        if frame.condition is not None and not frame.sets_condition:
+            blocks.broken = (
+                f"{self._name} never passes its Condition to a kernel, so nothing "
+                "can end the loop: launch a kernel inside the block that calls "
+                "ng.set_condition(cond, 0) when the loop is done"
+            )
+            raise ConditionalError(blocks.broken)
+        return False
+
+    def __repr__(self) -> str:
+        return f"<ng.ConditionalBlock {self._name}>"
+
+
+def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
+    """Record the block into a loop the GPU runs while ``cond`` is non-zero.
+
+    The condition is tested before each pass, so the body may run zero
+    times. A kernel in the body must be given ``cond`` and set it with
+    ``ng.set_condition`` to end the loop. ``stream``, if given, must be the
+    capture stream.
+
+    Example::
+
+        with ng.capture(s) as cap:
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                step[1, 32, s](x, more)     # sets more to 0 when done
+    """
+    conditional = _Conditional(cond, "while", 1, "ng.while_loop", stream)
+    return ConditionalBlock(conditional, 0, "the body of an ng.while_loop")
+
+
+def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
+    """Record the block into a branch the GPU runs when ``cond`` is non-zero.
+
+    Example::
+
+        with ng.capture(s) as cap:
+            flagged = ng.Condition(default=0)
+            check[1, 1, s](x, flagged)      # sets flagged
+            with ng.if_then(flagged):
+                repair[1, 32, s](x)
+    """
+    conditional = _Conditional(cond, "if", 1, "ng.if_then", stream)
+    return ConditionalBlock(conditional, 0, "the body of an ng.if_then")
+
+
+def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, ConditionalBlock]:
+    """A node that runs one of two bodies: the first block when ``cond`` is
+    non-zero, the second when it is zero. The node takes its place in the
+    capture here; open each block (in any order) with ``with``. Needs CUDA 12.8.
+
+    Example::
+
+        then, orelse = ng.if_else(cond)
+        with then:
+            grow[1, 32, s](x)
+        with orelse:
+            shrink[1, 32, s](x)
+    """
+    _require_cuda(ELSE_SWITCH_CUDA, "ng.if_else")
+    conditional = _Conditional(cond, "if", 2, "ng.if_else", stream)
+    conditional.add_node()
+    return (
+        ConditionalBlock(conditional, 0, "the then block of an ng.if_else"),
+        ConditionalBlock(conditional, 1, "the else block of an ng.if_else"),
+    )
+
+
+def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalBlock, ...]:
+    """A node with ``n`` bodies that runs body ``cond`` (none when
+    ``cond >= n``). The node takes its place in the capture here; open each
+    block with ``with``. Needs CUDA 12.8.
+
+    Example::
+
+        cases = ng.switch(mode, 3)
+        for k, case in enumerate(cases):
+            with case:
+                kernels[k][1, 32, s](x)
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"ng.switch needs a whole number of cases >= 1, not {n!r}")
+    _require_cuda(ELSE_SWITCH_CUDA, "ng.switch")
+    conditional = _Conditional(cond, "switch", int(n), "ng.switch", stream)
+    conditional.add_node()
+    return tuple(
+        ConditionalBlock(conditional, k, f"case {k} of an ng.switch") for k in range(n)
+    )

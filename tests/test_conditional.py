@@ -1,0 +1,496 @@
+"""Conditional nodes: while loops and branches decided by kernels on the GPU."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph import conditional
+
+
+@cuda.jit
+def count_while_below(counter, limit, cond):
+    """counter += 1, and keep cond set while counter < limit."""
+    if cuda.grid(1) == 0:
+        counter[0] += 1
+        ng.set_condition(cond, counter[0] < limit[0])
+
+
+@cuda.jit
+def set_from(cond, value):
+    """cond = value[0]."""
+    if cuda.grid(1) == 0:
+        ng.set_condition(cond, value[0])
+
+
+@cuda.jit
+def log_tag(log, tag):
+    """Append tag to log; log[0] counts the entries."""
+    if cuda.grid(1) == 0:
+        log[0] += 1
+        log[log[0]] = tag
+
+
+@pytest.fixture
+def counter(stream):
+    return cuda.to_device(np.zeros(1, np.int32), stream=stream)
+
+
+@pytest.fixture
+def log(stream):
+    return cuda.to_device(np.zeros(16, np.int32), stream=stream)
+
+
+def logged(log, stream):
+    host = log.copy_to_host(stream=stream)
+    stream.synchronize()
+    return list(host[1 : 1 + host[0]])
+
+
+def scalar(value, stream):
+    return ng.DeviceScalar(value, dtype=np.int32, stream=stream)
+
+
+# ---------------------------------------------------------------- while
+
+
+def test_while_loop_repeats_until_a_kernel_clears_the_condition(stream, counter):
+    limit = scalar(5, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 5
+
+
+def test_while_loop_tests_the_condition_before_the_first_pass(stream, counter):
+    limit = scalar(5, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=0)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 0
+
+
+def test_default_is_assigned_at_every_launch(stream, counter):
+    limit = scalar(3, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    cap.graph.launch()  # loops again: one more pass, then counter >= limit
+    assert counter.copy_to_host(stream=stream)[0] == 4
+
+
+def test_scalar_updated_between_replays_is_seen_inside_the_body(stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    limit.update(6)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 6
+
+
+def test_work_before_and_after_a_block_keeps_its_order(stream, counter, log):
+    limit = scalar(3, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        log_tag[1, 1, stream](log, 1)
+        with ng.while_loop(more):
+            log_tag[1, 1, stream](log, 2)
+            count_while_below[1, 1, stream](counter, limit, more)
+        log_tag[1, 1, stream](log, 3)
+    cap.graph.launch()
+    assert logged(log, stream) == [1, 2, 2, 2, 3]
+
+
+def test_a_conditional_node_counts_as_one_node(stream, counter, log):
+    limit = scalar(3, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        log_tag[1, 1, stream](log, 1)
+        with ng.while_loop(more):
+            log_tag[1, 1, stream](log, 2)
+            count_while_below[1, 1, stream](counter, limit, more)
+        log_tag[1, 1, stream](log, 3)
+    assert cap.graph.num_nodes == 3
+
+
+def test_scalar_update_inside_a_body_is_recorded_into_the_body(stream, counter):
+    limit = scalar(3, stream)
+    marker = scalar(0, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=0)
+        with ng.while_loop(more):
+            marker.update(7)
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert marker.value == 0  # the body did not run, nor did the update
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            marker.update(7)
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert marker.value == 7
+
+
+# ---------------------------------------------------------------- branches
+
+
+@pytest.mark.parametrize("flags", [[1], [0], [1, 0, 1]])
+def test_if_then_runs_when_an_upstream_kernel_sets_the_condition(stream, log, flags):
+    flag = scalar(0, stream)
+    with ng.capture(stream) as cap:
+        taken = ng.Condition()
+        set_from[1, 1, stream](taken, flag)
+        with ng.if_then(taken):
+            log_tag[1, 1, stream](log, 1)
+        log_tag[1, 1, stream](log, 2)
+    expected = []
+    for f in flags:
+        flag.update(f)
+        cap.graph.launch()
+        expected += [1, 2] if f else [2]
+    assert logged(log, stream) == expected
+
+
+@pytest.mark.parametrize("value, branch", [(1, 1), (7, 1), (0, 2)])
+def test_if_else_runs_exactly_one_branch(stream, log, value, branch):
+    flag = scalar(value, stream)
+    with ng.capture(stream) as cap:
+        cond = ng.Condition()
+        set_from[1, 1, stream](cond, flag)
+        then, orelse = ng.if_else(cond)
+        with then:
+            log_tag[1, 1, stream](log, 1)
+        with orelse:
+            log_tag[1, 1, stream](log, 2)
+    cap.graph.launch()
+    assert logged(log, stream) == [branch]
+
+
+def test_if_else_block_left_unopened_is_empty(stream, log):
+    with ng.capture(stream) as cap:
+        then, orelse = ng.if_else(ng.Condition(default=0))
+        with then:
+            log_tag[1, 1, stream](log, 1)
+        log_tag[1, 1, stream](log, 2)
+    cap.graph.launch()
+    assert logged(log, stream) == [2]
+
+
+@pytest.mark.parametrize("value", [0, 1, 2, 3])
+def test_switch_runs_the_selected_case_and_none_past_the_last(stream, log, value):
+    selector = scalar(value, stream)
+    with ng.capture(stream) as cap:
+        cond = ng.Condition()
+        set_from[1, 1, stream](cond, selector)
+        for k, case in enumerate(ng.switch(cond, 3)):
+            with case:
+                log_tag[1, 1, stream](log, 10 + k)
+    cap.graph.launch()
+    assert logged(log, stream) == ([10 + value] if value < 3 else [])
+
+
+# ---------------------------------------------------------------- nesting
+
+
+def test_while_loop_inside_an_if(stream, counter, log):
+    limit = scalar(4, stream)
+    flag = scalar(1, stream)
+    with ng.capture(stream) as cap:
+        taken = ng.Condition()
+        more = ng.Condition(default=1)
+        set_from[1, 1, stream](taken, flag)
+        with ng.if_then(taken):
+            with ng.while_loop(more):
+                count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 4
+    flag.update(0)
+    limit.update(9)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 4
+
+
+def test_loop_inside_a_loop(stream):
+    outer_count = cuda.to_device(np.zeros(1, np.int32), stream=stream)
+    inner_count = cuda.to_device(np.zeros(1, np.int32), stream=stream)
+    outer_limit, inner_limit, one = scalar(3, stream), scalar(2, stream), scalar(1, stream)
+    with ng.capture(stream) as cap:
+        outer = ng.Condition(default=1)
+        inner = ng.Condition()
+        with ng.while_loop(outer):
+            set_from[1, 1, stream](inner, one)  # each inner loop starts afresh
+            with ng.while_loop(inner):
+                count_while_below[1, 1, stream](inner_count, inner_limit, inner)
+            count_while_below[1, 1, stream](outer_count, outer_limit, outer)
+    cap.graph.launch()
+    assert outer_count.copy_to_host(stream=stream)[0] == 3
+    # inner_count is never reset: the first inner loop counts to 2, each later
+    # one makes a single pass before its test fails.
+    assert inner_count.copy_to_host(stream=stream)[0] == 4
+
+
+def test_condition_made_inside_a_body_drives_a_nested_block(stream, counter):
+    limit = scalar(3, stream)
+    flag = scalar(1, stream)
+    with ng.capture(stream) as cap:
+        taken = ng.Condition()
+        set_from[1, 1, stream](taken, flag)
+        with ng.if_then(taken):
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 3
+
+
+# ---------------------------------------------------------------- misuse
+
+
+def test_condition_outside_a_capture_is_refused():
+    with pytest.raises(ng.ConditionalError, match="only inside `with ng.capture"):
+        ng.Condition(default=1)
+
+
+def test_condition_on_a_stream_not_capturing_is_refused(stream):
+    with pytest.raises(ng.ConditionalError, match="is not capturing"):
+        ng.Condition(stream=stream)
+
+
+def test_several_captures_need_the_stream_named(stream, other_stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap, ng.capture(other_stream):
+        with pytest.raises(ng.ConditionalError, match="say which one with stream="):
+            ng.Condition(default=1)
+        more = ng.Condition(default=1, stream=stream)
+        assert more.stream is stream
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_condition_passed_to_a_kernel_after_its_capture_is_refused(stream, counter):
+    limit = scalar(5, stream)
+    with ng.capture(stream):
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    with pytest.raises(ng.ConditionalError, match="capture .* has ended"):
+        count_while_below[1, 1, stream](counter, limit, more)
+    assert counter.copy_to_host(stream=stream)[0] == 0  # nothing ran
+
+
+def test_condition_of_an_ended_capture_opens_no_block(stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream):
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.ConditionalError, match="has ended"):
+            ng.while_loop(more)
+        again = ng.Condition(default=1)
+        with ng.while_loop(again):
+            count_while_below[1, 1, stream](counter, limit, again)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_block_on_another_stream_is_refused(stream, other_stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with pytest.raises(ng.ConditionalError, match="belongs to the capture on"):
+            ng.while_loop(more, stream=other_stream)
+        with ng.while_loop(more, stream=stream):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_a_condition_drives_one_block(stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+        with pytest.raises(ng.ConditionalError, match="already drives a block"):
+            ng.if_then(more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_a_block_records_once(stream, log):
+    with ng.capture(stream) as cap:
+        then, orelse = ng.if_else(ng.Condition(default=1))
+        with then:
+            log_tag[1, 1, stream](log, 1)
+        with pytest.raises(ng.ConditionalError, match="recorded already"):
+            with then:
+                pass
+    cap.graph.launch()
+    assert logged(log, stream) == [1]
+
+
+def test_a_block_opens_where_its_node_was_made(stream, log):
+    with ng.capture(stream) as cap:
+        then, orelse = ng.if_else(ng.Condition(default=0))
+        with then:
+            with pytest.raises(ng.ConditionalError, match="must open where its node was made"):
+                with orelse:
+                    pass
+        with orelse:
+            log_tag[1, 1, stream](log, 2)
+    cap.graph.launch()
+    assert logged(log, stream) == [2]
+
+
+def test_condition_made_in_an_ended_block_is_refused(stream, counter):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        outer = ng.Condition(default=1)
+        with ng.if_then(outer):
+            inner = ng.Condition(default=1)
+            with ng.while_loop(inner):
+                count_while_below[1, 1, stream](counter, limit, inner)
+        with pytest.raises(ng.ConditionalError, match="made inside .* which has ended"):
+            count_while_below[1, 1, stream](counter, limit, inner)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_unused_condition_fails_the_capture(stream):
+    with pytest.raises(ng.NumbagraphError, match="drive no block"):
+        with ng.capture(stream):
+            ng.Condition(default=1)
+    assert not ng.is_capturing(stream)
+
+
+def test_ending_the_capture_inside_a_block_is_refused(stream, counter):
+    limit = scalar(2, stream)
+    ng.begin_capture(stream)
+    more = ng.Condition(default=1)
+    block = ng.while_loop(more)
+    block.__enter__()
+    count_while_below[1, 1, stream](counter, limit, more)
+    with pytest.raises(ng.NumbagraphError, match="ended inside the body of an ng.while_loop"):
+        ng.end_capture(stream)
+    assert not ng.is_capturing(stream)
+    block.__exit__(None, None, None)  # leaving it afterwards is harmless
+    with ng.capture(stream) as cap:  # and the stream captures again
+        again = ng.Condition(default=1)
+        with ng.while_loop(again):
+            count_while_below[1, 1, stream](counter, limit, again)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_while_body_that_cannot_end_the_loop_is_refused(stream, log):
+    with pytest.raises(ng.ConditionalError, match="nothing can end the loop"):
+        with ng.capture(stream):
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                log_tag[1, 1, stream](log, 1)
+    assert not ng.is_capturing(stream)
+
+
+def test_while_body_that_cannot_end_the_loop_fails_end_capture(stream, log):
+    ng.begin_capture(stream)
+    more = ng.Condition(default=1)
+    with pytest.raises(ng.ConditionalError, match="nothing can end the loop"):
+        with ng.while_loop(more):
+            log_tag[1, 1, stream](log, 1)
+    with pytest.raises(ng.NumbagraphError, match="nothing can end the loop"):
+        ng.end_capture(stream)
+    assert not ng.is_capturing(stream)
+
+
+def test_exception_inside_a_block_discards_the_capture(stream, counter):
+    limit = scalar(2, stream)
+    with pytest.raises(KeyError, match="boom"):
+        with ng.capture(stream):
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                count_while_below[1, 1, stream](counter, limit, more)
+                raise KeyError("boom")
+    assert not ng.is_capturing(stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+@pytest.mark.parametrize(
+    "default, error",
+    [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), ("1", TypeError)],
+)
+def test_bad_default_is_refused(stream, default, error):
+    with ng.capture(stream):
+        with pytest.raises(error, match="Condition"):
+            ng.Condition(default=default)
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 1.5])
+def test_switch_needs_a_whole_number_of_cases(stream, n):
+    with pytest.raises(ValueError, match="cases"):
+        with ng.capture(stream):
+            ng.switch(ng.Condition(), n)
+
+
+def test_block_needs_a_condition(stream):
+    with ng.capture(stream):
+        with pytest.raises(TypeError, match="takes an ng.Condition"):
+            ng.while_loop(1)
+
+
+def test_cuda_before_12_3_refuses_conditions(stream, monkeypatch):
+    monkeypatch.setattr(conditional._backend, "conditional_version", lambda: (12, 2))
+    with ng.capture(stream):
+        with pytest.raises(ng.ConditionalError, match="needs CUDA 12.3 or newer"):
+            ng.Condition(default=1)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda c: ng.if_else(c), lambda c: ng.switch(c, 2)], ids=["if_else", "switch"]
+)
+def test_cuda_before_12_8_refuses_if_else_and_switch(stream, monkeypatch, counter, make):
+    monkeypatch.setattr(conditional._backend, "conditional_version", lambda: (12, 7))
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with pytest.raises(ng.ConditionalError, match="needs CUDA 12.8 or newer"):
+            make(more)
+        with ng.while_loop(more):  # while loops need 12.3 only
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+@pytest.mark.driver_only(reason="the simulator copies to the host at once, outside any graph")
+def test_host_copy_inside_a_body_fails_and_leaves_the_stream_usable(stream, counter):
+    limit = scalar(2, stream)
+    with pytest.raises(Exception):
+        with ng.capture(stream):
+            more = ng.Condition(default=1)
+            with ng.while_loop(more):
+                count_while_below[1, 1, stream](counter, limit, more)
+                counter.copy_to_host(stream=stream)
+    assert not ng.is_capturing(stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
