@@ -1,0 +1,25 @@
+"""Benchmarks: numbagraph side by side with eager Numba, the raw driver
+(cuda.core, cuda.bindings, ctypes), PyTorch, CuPy and CUDA C++.
+
+Run ``python -m numbagraph.bench --out DIR`` (or ``numbagraph-bench``).
+Suites, in the order they run:
+
+* ``replay``    replay cost per node of graphs of 1..1000 tiny kernels
+* ``eager``     launch cost of one tiny kernel, eagerly, per framework
+* ``loop``      a replay-loop step: scalar update + 1-node graph launch
+* ``capture``   capture + instantiate cost, per launch captured
+* ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
+* ``apps``      the examples' own eager vs graph timings
+
+The tiny kernel is ``a[i] += n[0]`` on 1024 float32 in every framework.
+Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
+are reported with the reason and skipped.
+"""
+
+from . import apps, bandwidth, capture_cost, eager, loop, replay
+
+__all__ = ["SUITES"]
+
+SUITES = {
+    m.NAME: m for m in (replay, eager, loop, capture_cost, bandwidth, apps)
+}

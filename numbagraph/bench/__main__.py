@@ -1,0 +1,126 @@
+"""``python -m numbagraph.bench`` / ``numbagraph-bench``: run the suites,
+print a table with the targets' verdicts, write JSON, Markdown and PNG plots.
+
+Example::
+
+    python -m numbagraph.bench --out bench-results            # everything
+    python -m numbagraph.bench --quick --suites replay loop   # a fast look
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from . import SUITES
+from .core import Config, Context, SuiteResult
+from .environment import collect, describe
+from .report import markdown_report, text_report, write_json, write_plots
+from .targets import evaluate
+
+__all__ = ["main"]
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="numbagraph-bench",
+        description="Benchmark numbagraph against eager Numba, the raw driver, "
+        "PyTorch, CuPy and CUDA C++. Peers that are not installed are skipped "
+        "with the reason.",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="folder for results.json, results.md and the plots "
+                        "(default: ./bench-results)")
+    parser.add_argument("--suites", nargs="+", metavar="SUITE",
+                        help=f"suites to run (default: all): {', '.join(SUITES)}")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repeats and trials: a look in about a minute")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile numbagraph's replay-loop step and capture "
+                        "(writes profile.txt)")
+    parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    args = parser.parse_args(argv)
+    names = []
+    for item in args.suites or list(SUITES):
+        names += [n for n in item.split(",") if n]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}")
+    args.suites = list(dict.fromkeys(names))
+    return args
+
+
+def _run_suite(ctx: Context, name: str) -> SuiteResult:
+    module = SUITES[name]
+    start = time.perf_counter()
+    try:
+        result = module.run(ctx)
+    except Exception as exc:  # one broken suite must not lose the others' numbers
+        import traceback
+
+        result = SuiteResult(name, module.TITLE, module.UNIT,
+                             error=f"{type(exc).__name__}: {exc}",
+                             failures=[traceback.format_exc()])
+        ctx.progress(f"suite failed: {result.error}")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; exit status 1 if a suite or a present peer failed."""
+    args = _parse(argv)
+    if args.list:
+        for name, module in SUITES.items():
+            print(f"{name:10} {module.TITLE}")
+        return 0
+    # Numba warns once per call site about tiny grids; the tiny kernel's grid
+    # is small on purpose. Ignoring costs the same per launch as the default.
+    warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+    config = Config.for_run(args.quick)
+    ctx = Context(config)
+    env = collect()
+    env_line = describe(env)
+    ctx.progress(env_line)
+    if config.simulated:
+        ctx.progress("on Numba's CUDA simulator: tiny sizes, timings measure Python, "
+                     "not a GPU")
+    results = []
+    try:
+        for i, name in enumerate(args.suites, 1):
+            ctx.begin_suite(f"{i}/{len(args.suites)} {name}")
+            results.append(_run_suite(ctx, name))
+        ctx.begin_suite("report")
+        targets = evaluate({r.name: r for r in results})
+        out = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        plots, why_no_plots = write_plots(out, results)
+        if why_no_plots:
+            ctx.progress(why_no_plots)
+        write_json(out / "results.json", results, targets, env, config)
+        (out / "results.md").write_text(markdown_report(results, targets, env_line, plots))
+        print(text_report(results, targets, env_line), flush=True)
+        if args.profile:
+            ctx.begin_suite("profile")
+            from .profiling import profile_hot_paths
+
+            text = profile_hot_paths(ctx)
+            (out / "profile.txt").write_text(text)
+            print("\n" + text)
+        ctx.progress(f"wrote {out}/results.json, results.md"
+                     + "".join(f", {p}" for p in plots.values()))
+    finally:
+        ctx.close()
+    failed = [r.name for r in results
+              if r.error or any(why.startswith("failed") for _, why in r.skipped)]
+    if failed:
+        print(f"failures in: {', '.join(failed)} (tracebacks in results.json)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""What every suite shares: the run's configuration, result rows, and the
+context (stream, progress, peers) a suite runs in."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numbagraph as ng
+
+__all__ = [
+    "Config",
+    "Context",
+    "PeerMissing",
+    "Row",
+    "SuiteResult",
+    "clamp_repeats",
+]
+
+
+class PeerMissing(Exception):
+    """A peer (PyTorch, CuPy, nvcc, the raw driver, an example) cannot run
+    here; the message says why, and the suite goes on without it."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """How hard each suite works.
+
+    ``Config.for_run(quick)`` picks the sizes: on the GPU, the sizes the
+    targets are stated for; on Numba's simulator, which runs one Python thread
+    per GPU thread, sizes small enough to prove the code path in seconds.
+    """
+
+    quick: bool
+    simulated: bool
+    elements: int              # length of the tiny kernel's array
+    graph_sizes: tuple         # nodes per graph in the replay suite
+    capture_sizes: tuple       # launches per capture in the capture suite
+    trials: int                # timed trials per measurement; the median is kept
+    warmup: int                # untimed units before the trials
+    target_units: int          # replayed nodes per trial
+    min_repeats: int
+    max_repeats: int
+    launch_repeats: int        # eager launches or loop steps per trial
+    capture_trials: int
+    bandwidth_elements: int    # float32 elements per array in the bandwidth suite
+    bandwidth_repeats: int
+    app_timeout: float         # seconds an example may run
+
+    @classmethod
+    def for_run(cls, quick: bool) -> "Config":
+        if ng.backend() == "simulator":
+            return cls(
+                quick=quick, simulated=True, elements=32,
+                graph_sizes=(1, 4), capture_sizes=(2, 4),
+                trials=2, warmup=1, target_units=8, min_repeats=1, max_repeats=4,
+                launch_repeats=4, capture_trials=2,
+                bandwidth_elements=256, bandwidth_repeats=2,
+                app_timeout=600.0,
+            )
+        if quick:
+            return cls(
+                quick=True, simulated=False, elements=1024,
+                graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
+                trials=5, warmup=200, target_units=50_000, min_repeats=20,
+                max_repeats=2_000, launch_repeats=2_000, capture_trials=3,
+                bandwidth_elements=1 << 28, bandwidth_repeats=5,
+                app_timeout=120.0,
+            )
+        return cls(
+            quick=False, simulated=False, elements=1024,
+            graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
+            trials=9, warmup=500, target_units=200_000, min_repeats=50,
+            max_repeats=5_000, launch_repeats=5_000, capture_trials=7,
+            bandwidth_elements=1 << 28, bandwidth_repeats=10,
+            app_timeout=150.0,
+        )
+
+    def repeats_for(self, nodes: int) -> int:
+        """Replays per trial of a graph of ``nodes`` nodes."""
+        return clamp_repeats(self.target_units, nodes, self.min_repeats, self.max_repeats)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Blocks and threads per block for the tiny kernel."""
+        block = min(self.elements, 256)
+        return (self.elements + block - 1) // block, block
+
+
+def clamp_repeats(target: int, units: int, lo: int, hi: int) -> int:
+    """``target // units`` clamped to ``[lo, hi]`` (the C++ floor uses the same)."""
+    return max(lo, min(hi, target // units))
+
+
+@dataclass
+class Row:
+    """One measured number: ``peer`` doing ``case``, the median of ``trials``."""
+
+    case: str
+    peer: str
+    value: float
+    unit: str
+    trials: list = field(default_factory=list)
+    clock: str = "wall"        # "events" (GPU-side) or "wall" (host clock after sync)
+    param: float | None = None  # numeric x for plots (nodes, launches)
+    note: str = ""
+
+    @classmethod
+    def of(cls, case: str, peer: str, trials: list, unit: str, clock: str,
+           param: float | None = None, note: str = "") -> "Row":
+        return cls(case, peer, statistics.median(trials), unit, list(trials),
+                   clock, param, note)
+
+
+@dataclass
+class SuiteResult:
+    name: str
+    title: str
+    unit: str
+    higher_is_better: bool = False
+    rows: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)   # (peer, reason)
+    notes: list = field(default_factory=list)
+    failures: list = field(default_factory=list)  # tracebacks of peers that raised
+    error: str | None = None
+    seconds: float = 0.0
+
+    def find(self, case: str, peer: str) -> Row | None:
+        for row in self.rows:
+            if row.case == case and row.peer == peer:
+                return row
+        return None
+
+
+class Context:
+    """What a suite is given: the configuration, a progress line printer,
+    and peers it can share with other suites (built once per run)."""
+
+    def __init__(self, config: Config, *, stream: Any = None):
+        self.config = config
+        self._out = stream
+        self._start = time.perf_counter()
+        self._suite = ""
+        self._shared: dict[str, Any] = {}
+        self._closers: list[Callable[[], None]] = []
+
+    def begin_suite(self, label: str) -> None:
+        self._suite = label
+
+    def progress(self, message: str) -> None:
+        elapsed = time.perf_counter() - self._start
+        print(f"[{elapsed:6.1f}s {self._suite}] {message}",
+              file=self._out or sys.stderr, flush=True)
+
+    def attempt(self, result: SuiteResult, peer: str,
+                rows: Callable[[], Iterable[Row]]) -> None:
+        """Add the rows ``rows()`` yields to ``result``, reporting each as it
+        comes. A peer that is missing or fails is recorded as skipped with
+        its reason, and the suite goes on."""
+        try:
+            for row in rows():
+                result.rows.append(row)
+                self.progress(
+                    f"{row.peer}, {row.case}: {row.value:.4g} {row.unit} ({row.clock})"
+                )
+        except PeerMissing as exc:
+            result.skipped.append([peer, str(exc)])
+            self.progress(f"{peer}: skipped: {exc}")
+        except Exception as exc:
+            result.skipped.append([peer, f"failed: {type(exc).__name__}: {exc}"])
+            result.failures.append(f"{peer}:\n{traceback.format_exc()}")
+            self.progress(f"{peer}: FAILED: {type(exc).__name__}: {exc}")
+
+    def shared(self, key: str, make: Callable[[], Any]) -> Any:
+        """The peer stored under ``key``, made on first use. A PeerMissing
+        raised by ``make`` is remembered and raised again on later calls."""
+        if key not in self._shared:
+            try:
+                self._shared[key] = make()
+            except PeerMissing as exc:
+                self._shared[key] = exc
+        value = self._shared[key]
+        if isinstance(value, PeerMissing):
+            raise value
+        return value
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        while self._closers:
+            try:
+                self._closers.pop()()
+            except Exception:
+                pass  # cleanup of a temporary folder or a peer must not hide results

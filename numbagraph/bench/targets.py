@@ -1,0 +1,76 @@
+"""The performance targets, as ratios of numbers measured in the same run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .bandwidth import COPY_CASE, OPS
+from .core import SuiteResult
+from .loop import STEP
+
+__all__ = ["Target", "TARGETS", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """``suite/case/peer`` over ``ref_case/ref_peer`` must stay at or under
+    ``limit`` (``at_least=False``) or reach at least ``limit`` (``True``)."""
+
+    name: str
+    suite: str
+    case: str
+    peer: str
+    ref_case: str
+    ref_peer: str
+    limit: float
+    at_least: bool = False
+
+    def check(self, results: dict[str, SuiteResult]) -> dict[str, Any]:
+        out: dict[str, Any] = {"target": self.name, "limit": self.limit,
+                               "at_least": self.at_least}
+        suite = results[self.suite]
+        row, ref = suite.find(self.case, self.peer), suite.find(self.ref_case, self.ref_peer)
+        for what, peer, found in ((self.case, self.peer, row),
+                                  (self.ref_case, self.ref_peer, ref)):
+            if found is None:
+                reasons = dict(suite.skipped)
+                why = reasons.get(peer, f"no {peer} result for {what}")
+                return {**out, "verdict": "n/a", "why": why}
+        ratio = row.value / ref.value
+        passed = ratio >= self.limit if self.at_least else ratio <= self.limit
+        return {**out, "value": row.value, "ref": ref.value, "unit": row.unit,
+                "ratio": ratio, "verdict": "PASS" if passed else "MISS"}
+
+
+def _targets() -> list[Target]:
+    found = [
+        Target(f"replay per node at {n} nodes <= 1.05x C++", "replay",
+               f"{n} nodes", "numbagraph", f"{n} nodes", "C++", 1.05)
+        for n in (100, 1000)
+    ]
+    found += [
+        Target("replay-loop step <= 1.3x C++", "loop", STEP, "numbagraph", STEP, "C++", 1.3),
+        Target("replay-loop step faster than PyTorch", "loop", STEP, "numbagraph",
+               STEP, "PyTorch", 1.0),
+    ]
+    found += [
+        Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",
+               f"{n} launches", "numbagraph", f"{n} launches", "cuda.core", 1.2)
+        for n in (10, 100, 1000)
+    ]
+    for op in OPS:
+        found.append(Target(f"{op}_into bandwidth >= 0.85x device copy", "bandwidth",
+                            op, "numbagraph", COPY_CASE, "driver memcpy", 0.85, True))
+        found.append(Target(f"{op}_into bandwidth >= 1.0x PyTorch out=", "bandwidth",
+                            op, "numbagraph", op, "PyTorch", 1.0, True))
+    return found
+
+
+TARGETS = _targets()
+
+
+def evaluate(results: dict[str, SuiteResult]) -> list[dict[str, Any]]:
+    """The verdict of every target whose suite ran: PASS, MISS, or n/a with
+    the reason."""
+    return [t.check(results) for t in TARGETS if t.suite in results]

@@ -1,0 +1,137 @@
+"""The benchmark CLI runs end to end and reports what it could not measure.
+
+Timings are not checked: under the simulator they measure Python, and on a
+GPU they belong in the benchmark report, not in a test.
+"""
+
+import json
+
+import pytest
+
+from conftest import ON_SIMULATOR
+from numbagraph.bench import SUITES
+from numbagraph.bench.__main__ import main
+from numbagraph.bench.apps import parse_timings
+from numbagraph.bench.core import Row, SuiteResult
+from numbagraph.bench.targets import Target
+
+REPLAY_PEERS = ["numbagraph", "cuda.core", "PyTorch", "CuPy", "C++"]
+
+
+@pytest.fixture(scope="module")
+def replay_run(tmp_path_factory):
+    """One quick run of the replay suite: exit status, results folder, JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "replay", "--out", str(out)])
+    return status, out, json.loads((out / "results.json").read_text())
+
+
+def test_quick_run_succeeds(replay_run):
+    status, _, _ = replay_run
+    assert status == 0
+
+
+def test_writes_json_and_markdown(replay_run):
+    _, out, doc = replay_run
+    assert set(doc) == {"environment", "config", "suites", "targets"}
+    assert "replay" in (out / "results.md").read_text()
+
+
+def test_json_records_the_environment(replay_run):
+    _, _, doc = replay_run
+    env = doc["environment"]
+    assert env["gpu"]["name"]
+    assert {"numba-cuda", "numpy"} <= set(env["packages"])
+
+
+def test_numbagraph_is_measured_at_every_graph_size(replay_run):
+    _, _, doc = replay_run
+    rows = [r for r in doc["suites"]["replay"]["rows"] if r["peer"] == "numbagraph"]
+    assert [r["param"] for r in rows] == list(doc["config"]["graph_sizes"])
+    assert all(r["value"] > 0 and r["trials"] for r in rows)
+
+
+@pytest.mark.parametrize("peer", REPLAY_PEERS)
+def test_every_peer_is_measured_or_skipped_with_a_reason(replay_run, peer):
+    _, _, doc = replay_run
+    suite = doc["suites"]["replay"]
+    measured = any(r["peer"] == peer for r in suite["rows"])
+    reasons = dict(suite["skipped"])
+    assert measured or reasons.get(peer), f"{peer} neither measured nor explained"
+    assert not str(reasons.get(peer, "")).startswith("failed")
+
+
+def test_targets_of_the_suite_are_judged(replay_run):
+    _, _, doc = replay_run
+    verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
+    assert set(verdicts) == {
+        "replay per node at 100 nodes <= 1.05x C++",
+        "replay per node at 1000 nodes <= 1.05x C++",
+    }
+    assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="on a GPU the suites run at benchmark size")
+def test_every_suite_but_the_examples_runs(tmp_path, capsys):
+    suites = [name for name in SUITES if name != "apps"]
+    assert main(["--quick", "--suites", *suites, "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert set(doc["suites"]) == set(suites)
+    assert all(doc["suites"][name]["error"] is None for name in suites)
+    printed = capsys.readouterr()
+    assert "== targets" in printed.out
+    assert "[" in printed.err  # progress lines while it runs
+
+
+def test_unknown_suite_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--suites", "replay,nosuch"])
+    assert exc.value.code == 2
+    assert "nosuch" in capsys.readouterr().err
+
+
+def test_list_names_every_suite(capsys):
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in SUITES)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("  eager :  12.5 ms  ( 1.25 us per kernel)",
+         [("eager", 12.5, "ms"), ("eager per kernel", 1.25, "us")]),
+        ("  graph: 4.0 µs/token", [("graph per token", 4.0, "us")]),
+        ("to solution: host loop 3 ms, graph 1 ms",
+         [("to solution host loop", 3.0, "ms"), ("to solution graph", 1.0, "ms")]),
+        ("  speed-up 12.3x; results match", [("speed-up", 12.3, "x")]),
+        ("  200 steps x 100 kernels on 1024 float32", []),
+    ],
+)
+def test_example_timings_are_parsed(line, expected):
+    assert parse_timings(line) == expected
+
+
+def _suite(rows):
+    result = SuiteResult("s", "t", "us")
+    result.rows = [Row.of(case, peer, [value], "us", "wall") for case, peer, value in rows]
+    result.skipped = [["Peer", "Peer not installed"]]
+    return result
+
+
+@pytest.mark.parametrize(
+    "value, at_least, verdict",
+    [(1.0, False, "PASS"), (1.2, False, "MISS"), (1.2, True, "PASS"), (1.0, True, "MISS")],
+)
+def test_target_compares_the_ratio_with_its_limit(value, at_least, verdict):
+    target = Target("t", "s", "c", "ng", "c", "ref", 1.1, at_least)
+    got = target.check({"s": _suite([("c", "ng", value), ("c", "ref", 1.0)])})
+    assert got["verdict"] == verdict
+    assert got["ratio"] == pytest.approx(value)
+
+
+def test_target_without_its_reference_says_why():
+    target = Target("t", "s", "c", "ng", "c", "Peer", 1.1)
+    got = target.check({"s": _suite([("c", "ng", 1.0)])})
+    assert got["verdict"] == "n/a"
+    assert got["why"] == "Peer not installed"
