@@ -6,7 +6,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["capture.md"]
+PAGES = ["capture.md", "conditionals.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -22,3 +22,12 @@ def test_example_replay_loop_runs(capsys):
 
     runpy.run_path(str(DOCS.parent / "examples" / "replay_loop.py"), run_name="__main__")
     assert "results match" in capsys.readouterr().out
+
+
+def test_example_jacobi_converge_runs(capsys):
+    import runpy
+
+    runpy.run_path(str(DOCS.parent / "examples" / "jacobi_converge.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "converged in" in out
+    assert "same answer, bit for bit" in out
