@@ -54,19 +54,25 @@ def parse_timings(text: str) -> list[tuple[str, float, str]]:
         if label:
             rest, pos = line[label_match.end():], 0
             for m in _TIME.finditer(rest):
-                # Words between two timings name the second ("host 3 ms, graph 1 ms").
-                words = rest[pos:m.start()].strip(" \t,;:()")
+                # Words between two timings name the second ("host 3 ms, graph
+                # 1 ms"), unless the second is a parenthesised aside of the first.
+                between = rest[pos:m.start()]
+                words = between.strip(" \t,;:()")
                 pos = m.end()
-                name = f"{label} {words}" if re.search("[A-Za-z]", words) else label
+                named = "(" not in between and re.search("[A-Za-z]", words)
+                name = f"{label} {words}" if named else label
                 if m.group("per"):
                     name += f" per {m.group('per')}"
                 unit = "us" if m.group("unit") == "µs" else m.group("unit")
                 found.append((name, float(m.group("value")), unit))
         lowered = line.lower()
-        speed = _SPEEDUP.search(line)
-        if speed and ("speed" in lowered or "faster" in lowered):
-            name = f"{label} speed-up" if label else "speed-up"
-            found.append((name, float(speed.group("value")), "x"))
+        if "speed" in lowered or "faster" in lowered:
+            base = label if "speed" in label.lower() else f"{label} speed-up".strip()
+            for m in _SPEEDUP.finditer(line):
+                # "3.1x over the eager loop, 1.2x over ..." names each ratio.
+                after = re.split(r"[,;()]", line[m.end():], maxsplit=1)[0].strip()
+                name = f"{base} {after}" if after.startswith(("over", "vs")) else base
+                found.append((name, float(m.group("value")), "x"))
     return found
 
 

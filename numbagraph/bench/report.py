@@ -29,7 +29,12 @@ def format_value(value: float, unit: str = "") -> str:
 
 
 def pivot(result: SuiteResult) -> tuple[list[str], list[list[str]]]:
-    """Header and cells: one line per case, one column per peer."""
+    """Header and cells: one line per case, one column per peer; or, for a
+    suite of mixed units, one line per number."""
+    if not result.unit:
+        return ["case", "measurement", "value"], [
+            [row.case, row.peer, format_value(row.value, row.unit)] for row in result.rows
+        ]
     cases, peers = [], []
     for row in result.rows:
         if row.case not in cases:
@@ -44,7 +49,7 @@ def pivot(result: SuiteResult) -> tuple[list[str], list[list[str]]]:
             if row is None:
                 line.append("")
             else:
-                line.append(format_value(row.value, "" if result.unit else row.unit))
+                line.append(format_value(row.value))
         cells.append(line)
     return ["case", *peers], cells
 
@@ -57,9 +62,12 @@ def _heading(result: SuiteResult) -> str:
 
 def _text_table(header: list[str], cells: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+    numeric = [all(not r[i] or r[i][0] in "0123456789-n" for r in cells)
+               for i in range(len(header))]
+
     def fmt(r):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(r, widths, numeric))
     return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, cells)]
 
 
