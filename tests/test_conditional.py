@@ -266,9 +266,10 @@ def test_condition_on_a_stream_not_capturing_is_refused(stream):
         ng.Condition(stream=stream)
 
 
-def test_several_captures_need_the_stream_named(stream, other_stream, counter):
+def test_several_captures_need_the_stream_named(stream, other_stream, counter, log):
     limit = scalar(2, stream)
     with ng.capture(stream) as cap, ng.capture(other_stream):
+        log_tag[1, 1, other_stream](log, 1)
         with pytest.raises(ng.ConditionalError, match="say which one with stream="):
             ng.Condition(default=1)
         more = ng.Condition(default=1, stream=stream)
