@@ -70,7 +70,7 @@ class Config:
                 trials=5, warmup=200, target_units=50_000, min_repeats=20,
                 max_repeats=2_000, launch_repeats=2_000, capture_trials=3,
                 bandwidth_elements=1 << 28, bandwidth_repeats=5,
-                app_timeout=120.0,
+                app_timeout=60.0,
             )
         return cls(
             quick=False, simulated=False, elements=1024,
@@ -78,7 +78,7 @@ class Config:
             trials=9, warmup=500, target_units=200_000, min_repeats=50,
             max_repeats=5_000, launch_repeats=5_000, capture_trials=7,
             bandwidth_elements=1 << 28, bandwidth_repeats=10,
-            app_timeout=150.0,
+            app_timeout=100.0,
         )
 
     def repeats_for(self, nodes: int) -> int:
