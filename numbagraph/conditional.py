@@ -23,6 +23,7 @@ Rules of conditionals:
 from __future__ import annotations
 
 import numbers
+import threading
 from typing import Any
 
 from .backend import active as _backend
@@ -152,7 +153,10 @@ def _session_for(stream: Any, what: str) -> Any:
                 "`with ng.capture(stream):`"
             )
         return session
-    sessions = list(_sessions.values())
+    here = threading.get_ident()
+    sessions = [
+        s for s in list(_sessions.values()) if getattr(s, "thread", here) == here
+    ]
     if len(sessions) == 1:
         return sessions[0]
     if not sessions:
@@ -160,7 +164,8 @@ def _session_for(stream: Any, what: str) -> Any:
             f"no capture is in progress: {what} only inside `with ng.capture(s):`"
         )
     raise ConditionalError(
-        f"{len(sessions)} captures are in progress; say which one with stream="
+        f"{len(sessions)} captures are in progress on this thread; say which "
+        "one with stream="
     )
 
 
@@ -205,8 +210,8 @@ class Condition:
 
     Args:
         default: an unsigned 32-bit int or a bool, or None.
-        stream: the capturing stream; needed only while several captures
-            are in progress.
+        stream: the capturing stream; needed only while this thread has
+            several captures in progress.
     """
 
     __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "__weakref__")
@@ -256,7 +261,10 @@ class Condition:
         return blocks
 
     def __repr__(self) -> str:
-        return f"<ng.Condition default={self._default} on {self._blocks.stream!r}>"
+        blocks = getattr(self, "_blocks", None)
+        if blocks is None:
+            return "<ng.Condition (not made)>"
+        return f"<ng.Condition default={self._default} on {blocks.stream!r}>"
 
 
 def _kernel_argument(cond: Condition) -> Any:

@@ -125,19 +125,19 @@ def test_a_conditional_node_counts_as_one_node(stream, counter, log):
 def test_scalar_update_inside_a_body_is_recorded_into_the_body(stream, counter):
     limit = scalar(3, stream)
     marker = scalar(0, stream)
-    with ng.capture(stream) as cap:
+    with ng.capture(stream) as skipped:
         more = ng.Condition(default=0)
         with ng.while_loop(more):
             marker.update(7)
             count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    skipped.graph.launch()
     assert marker.value == 0  # the body did not run, nor did the update
-    with ng.capture(stream) as cap:
+    with ng.capture(stream) as taken:
         more = ng.Condition(default=1)
         with ng.while_loop(more):
             marker.update(7)
             count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    taken.graph.launch()
     assert marker.value == 7
 
 
