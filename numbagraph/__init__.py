@@ -26,6 +26,17 @@ from .errors import (
 )
 from .graph import CapturedGraph
 from .scalar import SCALAR_DTYPES, DeviceScalar
+from . import safety as _safety  # noqa: F401,E402  guards numba's entry points
+from .errors import (  # noqa: E402
+    AllocationInCaptureError,
+    CaptureInvalidatedError,
+    CaptureStateError,
+    ForeignStreamInCaptureError,
+    HostArrayInCaptureError,
+    HostCopyInCaptureError,
+    SyncInCaptureError,
+    UncapturableOperationError,
+)
 
 __version__ = "0.1.0"
 
@@ -41,6 +52,14 @@ __all__ = [
     "SCALAR_DTYPES",
     "NumbagraphError",
     "CaptureError",
+    "CaptureStateError",
+    "CaptureInvalidatedError",
+    "UncapturableOperationError",
+    "AllocationInCaptureError",
+    "HostArrayInCaptureError",
+    "HostCopyInCaptureError",
+    "SyncInCaptureError",
+    "ForeignStreamInCaptureError",
     "GraphClosedError",
     "ScalarValueError",
     "Condition",

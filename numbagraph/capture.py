@@ -9,15 +9,26 @@ DeviceScalar updates. Rules of capture:
 * Arrays passed to kernels must be device arrays; the graph keeps them alive.
 * Kernel arguments are baked in; values that change between replays belong in
   a :class:`~numbagraph.DeviceScalar`.
+
+:mod:`numbagraph.safety` enforces these rules; this module keeps the registry
+of captures in progress that it consults, and ends the captures a refused
+operation would have broken.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+import weakref
+from typing import Any, Callable, Iterable
 
 from .backend import active as _backend
-from .errors import CaptureError
+from .errors import (
+    CaptureError,
+    CaptureInvalidatedError,
+    CaptureStateError,
+    NumbagraphError,
+    translate_driver_error,
+)
 from .graph import CapturedGraph
 
 __all__ = ["capture", "begin_capture", "end_capture", "is_capturing", "CAPTURE_MODES"]
@@ -30,14 +41,32 @@ _LEGACY_DEFAULT_HANDLES = (0, 1)
 class _Session:
     """A capture in progress: the backend recording plus what it must keep."""
 
-    __slots__ = ("stream", "handle", "mode", "recording", "keepalive")
+    __slots__ = (
+        "stream", "handle", "mode", "recording", "keepalive", "thread",
+        "joins_legacy", "failure", "events", "_frees",
+    )
 
     def __init__(self, stream: Any, handle: int, mode: str):
         self.stream = stream
         self.handle = handle
         self.mode = mode
         self.keepalive: list = []
-        self.recording = _backend.Recording(handle, mode)
+        self.thread = threading.get_ident()
+        # Work on the legacy default stream waits on this stream, so it would
+        # join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+        self.joins_legacy = _backend.joins_legacy_stream(handle)
+        # Set when another thread's refused operation invalidated this
+        # capture; the owning thread ends it at its next use.
+        self.failure: BaseException | None = None
+        self.events: weakref.WeakSet = weakref.WeakSet()  # recorded inside
+        # Freeing memory during a capture can break it; frees wait until the
+        # last capture ends.
+        self._frees = _backend.hold_frees()
+        try:
+            self.recording = _backend.Recording(handle, mode)
+        except BaseException:
+            _backend.release_frees(self._frees)
+            raise
 
     def keep(self, obj: Any) -> None:
         self.keepalive.append(obj)
@@ -45,6 +74,9 @@ class _Session:
 
 _sessions: dict[int, _Session] = {}
 _sessions_lock = threading.Lock()
+# handle -> the refused operation that ended the capture on that stream, so
+# that end_capture can say why there is no graph.
+_ended: dict[int, BaseException] = {}
 
 
 def recording_for(handle: int) -> _Session | None:
@@ -63,7 +95,19 @@ def register_device_wrapper(cls: type, unwrap: Any) -> None:
     _device_wrappers[cls] = unwrap
 
 
+_launch_validator: Callable[[int, Any, tuple], None] | None = None
+
+
+def set_launch_validator(validate: Callable[[int, Any, tuple], None]) -> None:
+    """Call ``validate(stream_handle, kernel, args)`` before every kernel
+    launch made while any capture is active; it raises to refuse the launch."""
+    global _launch_validator
+    _launch_validator = validate
+
+
 def _on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
+    if _sessions and _launch_validator is not None:
+        _launch_validator(handle, kernel, args)
     session = _sessions.get(handle)
     if session is not None:
         session.keepalive.append((kernel, args))
@@ -86,7 +130,137 @@ def _handle_of(stream: Any) -> int:
 def is_capturing(stream: Any) -> bool:
     """Whether ``stream`` is capturing, by numbagraph or by anyone else."""
     handle = _handle_of(stream)
+    if handle in _LEGACY_DEFAULT_HANDLES:
+        # It never captures, and asking the driver about it while another
+        # stream captures is itself an error.
+        return False
     return handle in _sessions or _backend.is_capturing(handle)
+
+
+# ---------------------------------------------------------------- registry
+
+def active_sessions() -> list[_Session]:
+    """The captures in progress, on every thread."""
+    return list(_sessions.values())
+
+
+def _remove(session: _Session) -> None:
+    """Forget a session whose backend capture has ended."""
+    with _sessions_lock:
+        if _sessions.get(session.handle) is session:
+            del _sessions[session.handle]
+    frees, session._frees = session._frees, None
+    if frees is not None:
+        _backend.release_frees(frees)
+    if not _sessions:
+        _run_deferred()
+
+
+def _discard(session: _Session) -> None:
+    """End a session's capture and drop what it recorded."""
+    try:
+        session.recording.abort()
+    finally:
+        session.keepalive = []
+        _remove(session)
+
+
+def _is_current(session: _Session) -> bool:
+    return _sessions.get(session.handle) is session
+
+
+def invalidate(sessions: Iterable[_Session], error: BaseException) -> None:
+    """End the captures that a refused operation would have broken.
+
+    Captures begun on this thread end now and their graphs are discarded.
+    CUDA lets only the beginning thread end a capture in mode "global" or
+    "thread_local", so a capture of another thread is marked instead: its
+    thread's next launch on the stream, or its end_capture, ends it and
+    raises CaptureInvalidatedError.
+    """
+    me = threading.get_ident()
+    for session in sessions:
+        if session.thread == me:
+            with _sessions_lock:
+                current = _is_current(session)
+                if current:
+                    _ended[session.handle] = error
+            if current:
+                _discard(session)
+        elif session.failure is None:
+            session.failure = error
+
+
+def consequence(sessions: Iterable[_Session]) -> str:
+    """What :func:`invalidate` does to ``sessions``, for error messages."""
+    me = threading.get_ident()
+    own = [repr(s.stream) for s in sessions if s.thread == me]
+    other = [repr(s.stream) for s in sessions if s.thread != me]
+    parts = []
+    if own:
+        parts.append(
+            f"The capture on {', '.join(own)} was ended and its graph discarded; "
+            "the stream is usable and a new capture may begin."
+        )
+    if other:
+        parts.append(
+            f"The capture on {', '.join(other)}, begun by another thread, was "
+            "invalidated: its next launch or end_capture there raises "
+            "CaptureInvalidatedError."
+        )
+    return " ".join(parts)
+
+
+def raise_if_invalidated(session: _Session) -> None:
+    """End ``session`` and raise if another thread's refused operation
+    invalidated it (see :func:`invalidate`)."""
+    failure = session.failure
+    if failure is None:
+        return
+    if session.mode != "relaxed" and session.thread != threading.get_ident():
+        return  # only the owning thread may end it
+    with _sessions_lock:
+        current = _is_current(session)
+    if current:
+        _discard(session)
+    raise CaptureInvalidatedError(
+        f"the capture on {session.stream!r} was invalidated by an operation "
+        f"refused on another thread ({failure}). It has been ended and its "
+        "graph discarded; begin a new capture once the other thread no longer "
+        "makes that call"
+    ) from failure
+
+
+# Releases that may call the driver in ways CUDA forbids during a capture
+# (destroying graphs, freeing memory), waiting for no capture to be active.
+_deferred: list[Callable[[], None]] = []
+
+
+def release_when_idle(free: Callable[[], None]) -> None:
+    """Run ``free()`` now if no capture is active, else once the last one
+    ends. Safe to call from finalizers, on any thread."""
+    _deferred.append(free)
+    _run_deferred()
+
+
+def _run_deferred() -> None:
+    while _deferred and not _sessions:
+        # Never block: this runs from finalizers, which may fire while this
+        # very thread holds the lock. Whoever holds it runs these after.
+        if not _sessions_lock.acquire(blocking=False):
+            return
+        try:
+            if _sessions:
+                return
+            pending = _deferred[:]
+            del _deferred[: len(pending)]
+            for free in pending:
+                try:
+                    free()
+                except Exception:  # noqa: BLE001  a failed free must not stop the rest
+                    pass
+        finally:
+            _sessions_lock.release()
 
 
 def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
@@ -101,53 +275,108 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         )
     handle = _handle_of(stream)
     if handle in _LEGACY_DEFAULT_HANDLES:
-        raise CaptureError(
-            "cannot capture on the legacy default stream: CUDA forbids it. "
-            "Create a stream with cuda.stream() and launch on it"
+        raise CaptureStateError(
+            f"cannot capture on {stream!r}, the legacy default stream: CUDA "
+            "forbids it. Create a stream with cuda.stream(), launch the work "
+            "on it and capture that stream"
         )
+    _run_deferred()
     with _sessions_lock:
-        if handle in _sessions or _backend.is_capturing(handle):
-            raise CaptureError(
-                f"{stream!r} is already capturing; end that capture "
-                "(ng.end_capture) before starting another on the same stream"
-            )
-        try:
-            _sessions[handle] = _Session(stream, handle, mode)
-        except Exception as exc:
-            raise CaptureError(f"could not begin capture on {stream!r}: {exc}") from exc
+        existing = _sessions.get(handle)
+        if existing is None:
+            if _backend.is_capturing(handle):
+                raise CaptureStateError(
+                    f"{stream!r} is already capturing, in a capture begun outside "
+                    "numbagraph; end that capture before beginning one here"
+                )
+            _ended.pop(handle, None)
+            try:
+                _sessions[handle] = _Session(stream, handle, mode)
+            except Exception as exc:
+                error = translate_driver_error(exc, repr(stream)) or CaptureError(
+                    f"could not begin capture on {stream!r}: {exc}"
+                )
+                raise error from exc
+            return
+    error = CaptureStateError(
+        f"begin_capture({stream!r}) was called while that stream is already "
+        "capturing: captures cannot nest on one stream. End the first capture "
+        "(ng.end_capture or the end of its `with` block) before beginning "
+        "another. " + consequence([existing])
+    )
+    invalidate([existing], error)
+    raise error
 
 
-def _take_session(stream: Any) -> _Session:
+def _session_to_end(stream: Any) -> _Session:
+    """The capture on ``stream`` that this thread may end, or the error that
+    says why there is none."""
     handle = _handle_of(stream)
-    with _sessions_lock:
-        session = _sessions.pop(handle, None)
+    session = _sessions.get(handle)
     if session is None:
-        raise CaptureError(
+        with _sessions_lock:
+            failure = _ended.pop(handle, None)
+        if failure is not None:
+            raise CaptureInvalidatedError(
+                f"the capture on {stream!r} was already ended, and its graph "
+                f"discarded, when an operation that cannot be captured was "
+                f"refused: {failure}"
+            ) from failure
+        raise CaptureStateError(
             f"{stream!r} is not capturing: call ng.begin_capture(stream) first, "
             "or use `with ng.capture(stream) as cap:`"
         )
+    if session.mode != "relaxed" and session.thread != threading.get_ident():
+        error = CaptureStateError(
+            f"the capture on {stream!r} was begun by another thread in mode "
+            f"{session.mode!r}, and CUDA lets only that thread end it "
+            "(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD). End it on the thread "
+            "that began it, or capture with mode='relaxed'. "
+            + consequence([session])
+        )
+        invalidate([session], error)
+        raise error
+    raise_if_invalidated(session)
     return session
 
 
 def end_capture(stream: Any) -> CapturedGraph:
-    """Stop recording on ``stream`` and return the instantiated graph."""
-    session = _take_session(stream)
+    """Stop recording on ``stream`` and return the instantiated graph.
+
+    Raises CaptureInvalidatedError, with no graph, when an operation refused
+    during the capture ended it.
+    """
+    session = _session_to_end(stream)
     try:
         # CUDA refuses to instantiate while another capture is active; the
         # graph then instantiates on first use.
-        executable = session.recording.finish(instantiate=not _sessions)
+        executable = session.recording.finish(instantiate=len(_sessions) == 1)
     except Exception as exc:
+        # The backend ended (and discarded) the capture before raising.
+        session.keepalive = []
+        _remove(session)
+        translated = translate_driver_error(exc, repr(stream))
+        if translated is not None:
+            raise translated from exc
+        if isinstance(exc, NumbagraphError):
+            raise
         raise CaptureError(
             f"the capture on {stream!r} failed and was discarded: {exc}. "
-            "An operation that cannot be captured ran while it was active; the "
-            "stream is usable and a new capture may begin"
+            "The stream is usable and a new capture may begin"
         ) from exc
+    _remove(session)
     return CapturedGraph(executable, session.stream, session.handle, session.keepalive)
 
 
 def abort_capture(stream: Any) -> None:
     """End the capture on ``stream`` and discard what it recorded."""
-    _take_session(stream).recording.abort()
+    handle = _handle_of(stream)
+    session = _sessions.get(handle)
+    if session is None:
+        with _sessions_lock:
+            _ended.pop(handle, None)
+        raise CaptureStateError(f"{stream!r} is not capturing")
+    _discard(session)
 
 
 class capture:
@@ -193,4 +422,8 @@ class capture:
             abort_capture(self.stream)
         except CaptureError:
             pass  # already ended by whatever raised
+        if isinstance(exc, Exception):
+            translated = translate_driver_error(exc, repr(self.stream))
+            if translated is not None:
+                raise translated from exc
         return False

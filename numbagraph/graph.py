@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
@@ -24,9 +25,20 @@ class _Resources:
 
     def release(self) -> None:
         executable, self.executable = self.executable, None
-        self.keepalive = []
-        if executable is not None:
-            executable.close()
+        keepalive, self.keepalive = self.keepalive, []
+        if executable is None and not keepalive:
+            return
+        # Destroying a graph or freeing what it used can break a capture in
+        # progress (on any thread), so that waits for no capture to be active.
+        from .capture import release_when_idle  # capture imports this module
+
+        release_when_idle(functools.partial(_free, executable, keepalive))
+
+
+def _free(executable: Any, keepalive: list) -> None:
+    if executable is not None:
+        executable.close()
+    keepalive.clear()
 
 
 class _ClosedLaunchers(dict):
@@ -46,6 +58,8 @@ class CapturedGraph:
     to every device array and DeviceScalar its kernels were given, so none is
     freed while the graph lives. ``close()`` (or leaving a ``with`` block)
     frees the graph at once; dropping the last reference does the same later.
+    While any capture is in progress the freeing waits for the last one to
+    end, because destroying a graph or freeing memory can break a capture.
 
     Example::
 
@@ -72,6 +86,16 @@ class CapturedGraph:
             )
         return executable
 
+    def _instantiated(self) -> Any:
+        executable = self._executable()
+        if not executable.instantiated:
+            # Captured while another capture was active; instantiating is
+            # itself refused during some captures.
+            from .safety import guard_instantiation  # safety imports capture
+
+            guard_instantiation()
+        return executable
+
     def _target(self, stream: Any) -> int:
         return self._handle if stream is None else _backend.stream_handle(stream)
 
@@ -80,13 +104,13 @@ class CapturedGraph:
         handle = self._handle if stream is None else _backend.stream_handle(stream)
         launch = self._launchers.get(handle)
         if launch is None:
-            launch = self._launchers[handle] = self._executable().launcher(handle)
+            launch = self._launchers[handle] = self._instantiated().launcher(handle)
         launch()
 
     def upload(self, stream: Any = None) -> None:
         """Upload the graph to the device ahead of its first launch, so that
         launch does not pay for it."""
-        self._executable().upload(self._target(stream))
+        self._instantiated().upload(self._target(stream))
 
     def update(self, other: "CapturedGraph") -> None:
         """Take the kernel arguments and scalars of ``other``, a graph of the
@@ -94,7 +118,7 @@ class CapturedGraph:
         order), without re-instantiating. ``other`` stays usable."""
         if not isinstance(other, CapturedGraph):
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
-        executable, source = self._executable(), other._executable()
+        executable, source = self._instantiated(), other._executable()
         try:
             executable.update(source)
         except Exception as exc:
@@ -106,7 +130,8 @@ class CapturedGraph:
         self._res.keepalive = self._res.keepalive + other._res.keepalive
 
     def close(self) -> None:
-        """Free the graph now. Launching it afterwards raises GraphClosedError."""
+        """Free the graph now (or, during a capture, once no capture is
+        active). Launching it afterwards raises GraphClosedError."""
         self._launchers = _ClosedLaunchers()
         self._finalizer()
 

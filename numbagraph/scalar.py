@@ -17,6 +17,7 @@ from numba import cuda
 from .backend import active as _backend
 from .capture import _sessions, register_device_wrapper
 from .errors import ScalarValueError
+from .safety import guard_stream_work
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
 
@@ -171,6 +172,10 @@ class DeviceScalar:
         self._buf[0] = self._check(value)
         session = _sessions.get(self._handle) if _sessions else None
         if session is None:
+            if _sessions:
+                guard_stream_work(
+                    self._handle, "DeviceScalar.update() on the legacy default stream"
+                )
             self._store()
         else:
             session.keep(self)

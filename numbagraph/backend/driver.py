@@ -146,6 +146,10 @@ class Executable:
         self._builder = builder
         self.num_nodes = num_nodes
 
+    @property
+    def instantiated(self) -> bool:
+        return self._graph is not None
+
     def instantiate(self):
         if self._graph is None:
             self._graph = self._builder.complete(_COMPLETE)
@@ -176,6 +180,44 @@ class Executable:
         if self._graph is not None:
             self._graph.close()
         self._builder.close()
+
+
+# ---------------------------------------------------------------- capture safety
+
+from numba.cuda.cudadrv import devicearray as _devicearray  # noqa: E402
+from numba.cuda.cudadrv import driver as _numba_driver  # noqa: E402
+
+# The numba classes whose host-facing methods numbagraph guards during capture.
+DEVICE_ARRAY_TYPES = (
+    _devicearray.DeviceNDArrayBase,
+    _devicearray.DeviceNDArray,
+    _devicearray.DeviceRecord,
+)
+STREAM_TYPE = _numba_driver.Stream
+EVENT_TYPE = _numba_driver.Event
+
+_NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+
+
+def joins_legacy_stream(handle: int) -> bool:
+    """Whether work on the legacy default stream waits on this stream (it
+    was not created non-blocking)."""
+    err, flags = cu.cuStreamGetFlags(cu.CUstream(handle))
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return True
+    return not int(flags) & _NON_BLOCKING
+
+
+def hold_frees() -> Any:
+    """Defer numba's frees (memory, streams, events) until ``release_frees``:
+    cuMemFree during a capture is refused and invalidates it."""
+    hold = cuda.current_context().defer_cleanup()
+    hold.__enter__()
+    return hold
+
+
+def release_frees(hold: Any) -> None:
+    hold.__exit__(None, None, None)
 
 
 # ---------------------------------------------------------------- scalars

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 from numba.cuda.simulator import api as _sim_api
+from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
 from numba.cuda.simulator.kernel import FakeCUDAKernel
 
 NAME = "simulator"
@@ -120,7 +121,10 @@ class Recording:
             self.abort()
             raise
         self._stop()
-        return Executable(self.nodes, self.prologue)
+        executable = Executable(self.nodes, self.prologue)
+        # As on the driver, which cannot instantiate during another capture.
+        executable.instantiated = instantiate
+        return executable
 
     def abort(self) -> None:
         self._stop()
@@ -128,12 +132,16 @@ class Recording:
 
 
 class Executable:
+    instantiated = True  # set on first use, as the driver instantiates then
+
     def __init__(self, nodes: list[Callable[[], None]], prologue: list = ()):
         self._nodes = tuple(nodes)
         self._prologue = tuple(prologue)
         self.num_nodes = len(self._nodes)
 
     def launcher(self, handle: int) -> Callable[[], None]:
+        self.instantiated = True
+
         def launch() -> None:
             recording = _recordings.get(handle)
             if recording is not None:
@@ -150,6 +158,7 @@ class Executable:
 
     def upload(self, handle: int) -> None:
         """Nothing to upload: simulated graphs live on the host."""
+        self.instantiated = True
 
     def update(self, other: "Executable") -> None:
         if other.num_nodes != self.num_nodes:
@@ -158,22 +167,87 @@ class Executable:
                 f"given, {self.num_nodes} expected"
             )
         self._nodes = other._nodes
+        self.instantiated = True
         self._prologue = other._prologue
 
     def close(self) -> None:
         self._nodes = ()
 
 
+# ---------------------------------------------------------------- capture safety
+
+_FakeArray = _sim_devicearray.FakeCUDAArray
+# The unguarded copy, for numbagraph's own stores: numbagraph.safety guards
+# the public method.
+_copy_to_device = _FakeArray.copy_to_device
+
+# The classes whose host-facing methods numbagraph guards during capture.
+DEVICE_ARRAY_TYPES = (_FakeArray,)
+STREAM_TYPE = _Stream
+EVENT_TYPE = _sim_api.Event
+
+
+def joins_legacy_stream(handle: int) -> bool:
+    """Simulated streams behave as numba's: blocking, so the legacy default
+    stream waits on them."""
+    return True
+
+
+def hold_frees() -> None:
+    """The simulator frees nothing through a driver."""
+
+
+def release_frees(hold: None) -> None:
+    """See :func:`hold_frees`."""
+
+
+def _array_stream(array: Any, stream: Any) -> Any:
+    return stream if stream else getattr(array, "stream", 0)
+
+
+def _device_copy(self, ary, stream=0):
+    """``copy_to_device``: on the GPU a device-to-device copy on a capturing
+    stream becomes a graph node, so here it is recorded too."""
+    if getattr(ary, "__cuda_ndarray__", False):
+        recording = _recordings.get(stream_handle(_array_stream(self, stream)))
+        if recording is not None:
+            recording.nodes.append(functools.partial(_copy_to_device, self, ary))
+            return
+    _copy_to_device(self, ary, stream)
+
+
+_FakeArray.copy_to_device = _device_copy
+
+
+def _keeping_stream(make: Callable[..., Any]) -> Callable[..., Any]:
+    """Make arrays remember the stream they were made for, as numba's device
+    arrays do: their copies then default to it."""
+
+    @functools.wraps(make)
+    def made(*args: Any, **kwargs: Any) -> Any:
+        array = make(*args, **kwargs)
+        stream = args[1] if len(args) > 1 else kwargs.get("stream", 0)
+        if stream and isinstance(array, _FakeArray) and not array.stream:
+            array.stream = stream
+        return array
+
+    return made
+
+
+for _name in ("to_device", "device_array_like"):
+    setattr(cuda, _name, _keeping_stream(getattr(cuda, _name)))
+
+
 # ---------------------------------------------------------------- scalars
 
 def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
     """A call that copies ``buf`` -> ``dev`` (at once: the simulator is synchronous)."""
-    return functools.partial(dev.copy_to_device, buf)
+    return functools.partial(_copy_to_device, dev, buf)
 
 
 def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
     value = buf.copy()
-    _recordings[handle].nodes.append(lambda: dev.copy_to_device(value))
+    _recordings[handle].nodes.append(functools.partial(_copy_to_device, dev, value))
 
 
 def array_interface(dev: Any) -> dict:

@@ -1,0 +1,527 @@
+"""Capture safety: operations a graph cannot record are refused, clearly.
+
+During a capture, CUDA refuses some calls with a cryptic error that
+invalidates the whole capture (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``,
+``..._IMPLICIT``), and records others silently into a graph that then does
+the wrong thing (``copy_to_host(stream=s)`` becomes a copy into a temporary
+that nobody reads). This module checks numba's entry points before the driver
+sees them, on both backends, so that each such operation raises a
+:class:`~numbagraph.errors.UncapturableOperationError` that names it, says why
+it cannot be captured and what to do instead. The operation does not run;
+the captures it would have broken are ended and their graphs discarded.
+
+Checked, once, as numbagraph is imported: ``cuda.to_device``,
+``device_array``, ``device_array_like``, ``pinned_array(_like)``,
+``mapped_array(_like)``, ``managed_array``, ``pinned``, ``mapped``,
+``cuda.synchronize``; device arrays' ``copy_to_host``, ``copy_to_device``,
+element reads and writes; streams' ``synchronize``; events' ``record``,
+``wait``, ``synchronize`` and ``query``; and every kernel launch. Code that
+bound one of these functions before numbagraph was imported
+(``from numba.cuda import to_device``) keeps the unchecked one; the driver's
+error is then translated when the capture ends.
+
+Which calls are refused depends on the capture mode, as in CUDA:
+
+* Stream rules, in every mode: nothing may synchronise a capturing stream,
+  copy between host and device on it, pass a host array to a kernel on it,
+  or make another stream join it; nothing may use the legacy default stream
+  while a (blocking) stream captures; nothing may synchronise the device, or
+  an event recorded inside a capture, while the capture runs.
+* Thread rules, for calls CUDA calls "potentially unsafe" (allocation,
+  pinning host memory, instantiating a graph): refused on the thread of a
+  ``"thread_local"`` or ``"global"`` capture, and on every thread while a
+  ``"global"`` capture runs. ``"relaxed"`` captures refuse none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda
+from numba.cuda.args import ArgHint
+
+from .backend import active as _backend
+from .capture import (
+    _LEGACY_DEFAULT_HANDLES,
+    _sessions,
+    active_sessions,
+    consequence,
+    invalidate,
+    raise_if_invalidated,
+    set_launch_validator,
+)
+from .errors import (
+    AllocationInCaptureError,
+    ForeignStreamInCaptureError,
+    HostArrayInCaptureError,
+    HostCopyInCaptureError,
+    SyncInCaptureError,
+    UncapturableOperationError,
+)
+
+__all__ = ["guard_stream_work", "guard_instantiation", "GUARDED_FUNCTIONS"]
+
+
+# ---------------------------------------------------------------- policy
+
+def _thread_blockers() -> list:
+    """The captures that forbid this thread a "potentially unsafe" call."""
+    me = threading.get_ident()
+    return [
+        s for s in active_sessions()
+        if s.mode == "global" or (s.mode == "thread_local" and s.thread == me)
+    ]
+
+
+def _stream_blockers(handle: int | None) -> list:
+    """The captures that work enqueued on the stream ``handle`` would break."""
+    if handle is None:
+        return []
+    if handle in _LEGACY_DEFAULT_HANDLES:
+        return [s for s in active_sessions() if s.joins_legacy]
+    session = _sessions.get(handle)
+    return [] if session is None else [session]
+
+
+def _streams(blockers: list) -> str:
+    names = [repr(s.stream) for s in blockers]
+    if len(names) == 1:
+        return f"{names[0]} captures"
+    return f"{', '.join(names)} capture"
+
+
+def _mode_clause(blockers: list) -> str:
+    me = threading.get_ident()
+    if any(s.thread != me for s in blockers):
+        return "while any thread captures in mode 'global'"
+    return "on a thread that captures in mode 'thread_local' or 'global'"
+
+
+def _refuse(
+    cls: type[UncapturableOperationError],
+    operation: str,
+    blockers: list,
+    why: str,
+    instead: str,
+) -> None:
+    error = cls(
+        f"{operation} cannot run while {_streams(blockers)}: {why}. "
+        f"Instead, {instead}. {consequence(blockers)}"
+    )
+    invalidate(blockers, error)
+    raise error
+
+
+def _handle(stream: Any) -> int | None:
+    """The handle of a stream argument (0 for "default"), or None when it
+    is not a stream numbagraph understands."""
+    if not stream:
+        return 0
+    try:
+        return _backend.stream_handle(stream)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _array_handle(array: Any, stream: Any) -> int | None:
+    """The stream an array method runs on: the one given, else the array's
+    own default stream, as numba decides."""
+    return _handle(stream if stream else getattr(array, "stream", 0))
+
+
+def _is_device(obj: Any) -> bool:
+    return bool(getattr(obj, "__cuda_ndarray__", False)) or hasattr(
+        obj, "__cuda_array_interface__"
+    )
+
+
+def _is_legacy(handle: int | None) -> bool:
+    return handle in _LEGACY_DEFAULT_HANDLES
+
+
+_LEGACY_WHY = (
+    "it runs on the legacy default stream, which waits on every blocking "
+    "stream, so it would join the capture implicitly; CUDA forbids that "
+    "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)"
+)
+
+_ALLOCATION_WHY = (
+    "allocating is a synchronous driver call that a graph does not record, so "
+    "the memory would not be there when the graph replays; CUDA forbids it {}"
+)
+_ALLOCATION_INSTEAD = (
+    "allocate every array, and create every DeviceScalar, before the capture "
+    "begins and reuse them in the captured work (write results into "
+    "preallocated outputs); a capture with mode='relaxed' lets the allocation "
+    "run once, outside the graph"
+)
+
+
+# ---------------------------------------------------------------- checks
+
+def _check_allocation(operation: str) -> Callable[..., None]:
+    def check(*args: Any, **kwargs: Any) -> None:
+        blockers = _thread_blockers()
+        if blockers:
+            _refuse(
+                AllocationInCaptureError, operation, blockers,
+                _ALLOCATION_WHY.format(_mode_clause(blockers)),
+                _ALLOCATION_INSTEAD,
+            )
+    return check
+
+
+def _check_host_to_device(operation: str, handle: int | None) -> None:
+    blockers = _stream_blockers(handle)
+    if not blockers:
+        return
+    if _is_legacy(handle):
+        why = _LEGACY_WHY
+        instead = "pass stream= a stream that is not capturing, or copy after the capture ends"
+    else:
+        why = (
+            "the graph would record a copy from a host buffer that may change or "
+            "be freed before it replays, and the data would not reach the device now"
+        )
+        instead = (
+            "copy before the capture begins; keep a value that changes between "
+            "replays in an ng.DeviceScalar, whose update() is recorded inside a capture"
+        )
+    _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
+
+
+def _check_device_to_host(operation: str, handle: int | None) -> None:
+    blockers = _stream_blockers(handle)
+    if not blockers:
+        return
+    if _is_legacy(handle):
+        why = _LEGACY_WHY
+        instead = "read results after the capture ends and the graph has run"
+    else:
+        why = (
+            "a capturing stream runs nothing, so the graph would record a copy "
+            "into a temporary host buffer that nothing reads, and this call "
+            "would return before any data arrived"
+        )
+        instead = (
+            "read results after the graph has run: graph.launch(), then "
+            "x.copy_to_host(stream=s)"
+        )
+    _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
+
+
+def _check_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> None:
+    if _is_device(obj) or to is not None:
+        return  # no allocation; a copy into `to` is checked by copy_to_device
+    _check_allocation("cuda.to_device()")()
+    if copy:
+        _check_host_to_device("cuda.to_device()", _handle(stream))
+
+
+def _check_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> None:
+    _check_device_to_host("copy_to_host()", _array_handle(self, stream))
+
+
+def _check_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
+    handle = _array_handle(self, stream)
+    if not _is_device(ary):
+        _check_host_to_device("copy_to_device() from a host array", handle)
+        return
+    blockers = _stream_blockers(handle)
+    if blockers and _is_legacy(handle):
+        _refuse(
+            ForeignStreamInCaptureError, "copy_to_device() between device arrays",
+            blockers, _LEGACY_WHY,
+            "pass stream=s, the capturing stream, to record the copy",
+        )
+    session = _sessions.get(handle) if handle is not None else None
+    if session is not None:
+        # A device-to-device copy is recorded; its graph must keep both ends.
+        session.keep((self, ary))
+
+
+def _selects_element(array: Any, item: Any) -> bool:
+    """Whether ``array[item]`` is one element, which numba copies to the host."""
+    if getattr(array.dtype, "names", None):
+        return False  # a record element stays on the device
+    try:
+        probe = np.broadcast_to(np.empty((), np.bool_), array.shape)[item]
+    except Exception:  # noqa: BLE001  numba reports bad indices itself
+        return False
+    return not isinstance(probe, np.ndarray)
+
+
+def _check_getitem(self: Any, item: Any, stream: Any = 0) -> None:
+    if _selects_element(self, item):
+        _check_device_to_host("reading an element of a device array (x[i])",
+                              _array_handle(self, stream))
+
+
+def _check_setitem(self: Any, key: Any, value: Any, stream: Any = 0) -> None:
+    handle = _array_handle(self, stream)
+    operation = "assigning into a device array (x[...] = value)"
+    if not _is_device(value):
+        _check_host_to_device(operation, handle)
+        blockers = _thread_blockers()
+        if blockers:
+            _refuse(
+                AllocationInCaptureError, operation, blockers,
+                "numba copies the value through a temporary device array, and "
+                + _ALLOCATION_WHY.format(_mode_clause(blockers)),
+                _ALLOCATION_INSTEAD,
+            )
+        return
+    blockers = _stream_blockers(handle)
+    if blockers:
+        _refuse(
+            UncapturableOperationError, operation, blockers,
+            "numba assigns through its own kernel and, without a stream, "
+            "synchronises; that is not recorded the same way on every backend",
+            "copy with target.copy_to_device(source, stream=s), or write the "
+            "values with a kernel of your own",
+        )
+
+
+_SYNC_INSTEAD = (
+    "synchronise after the capture has ended and the graph has been launched "
+    "(graph.launch(); s.synchronize())"
+)
+
+
+def _check_device_synchronize(*args: Any, **kwargs: Any) -> None:
+    blockers = active_sessions()
+    if blockers:
+        _refuse(
+            SyncInCaptureError, "cuda.synchronize()", blockers,
+            "it waits on every stream, capturing ones included, and CUDA "
+            "forbids waiting on a capturing stream",
+            _SYNC_INSTEAD,
+        )
+
+
+def _check_stream_synchronize(self: Any) -> None:
+    handle = _handle(self)
+    blockers = _stream_blockers(handle)
+    if not blockers:
+        return
+    why = (
+        _LEGACY_WHY if _is_legacy(handle) else
+        "a capturing stream runs nothing until its graph is launched, so there "
+        "is nothing to wait for, and CUDA forbids it "
+        "(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)"
+    )
+    _refuse(SyncInCaptureError, f"{self!r}.synchronize()", blockers, why, _SYNC_INSTEAD)
+
+
+def _recorded_in(event: Any) -> Any:
+    """The capture in progress that ``event`` was last recorded in, if any."""
+    for session in active_sessions():
+        if event in session.events:
+            return session
+    return None
+
+
+def _check_event_wait_host(operation: str) -> Callable[..., None]:
+    def check(self: Any, *args: Any, **kwargs: Any) -> None:
+        session = _recorded_in(self)
+        if session is not None:
+            _refuse(
+                SyncInCaptureError, operation, [session],
+                "the event was recorded inside the capture, so it completes only "
+                "when the graph runs (CUDA_ERROR_STREAM_CAPTURE_CAPTURED_EVENT)",
+                "record and wait on events outside the capture, or wait after "
+                "the graph has been launched",
+            )
+    return check
+
+
+def _check_legacy_work(operation: str, handle: int | None) -> None:
+    if _is_legacy(handle):
+        blockers = _stream_blockers(handle)
+        if blockers:
+            _refuse(
+                ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY,
+                "do it on the capturing stream to record it, or on a stream "
+                "from cuda.stream() to run it now",
+            )
+
+
+def _check_event_record(self: Any, stream: Any = 0) -> None:
+    _check_legacy_work("event.record() on the legacy default stream", _handle(stream))
+
+
+def _track_event_record(self: Any, stream: Any = 0) -> None:
+    handle = _handle(stream)
+    for session in active_sessions():
+        if session.handle == handle:
+            session.events.add(self)
+        else:
+            session.events.discard(self)
+
+
+def _check_event_wait(self: Any, stream: Any = 0) -> None:
+    handle = _handle(stream)
+    _check_legacy_work("event.wait() on the legacy default stream", handle)
+    owner = _recorded_in(self)
+    target = _sessions.get(handle) if handle is not None else None
+    if owner is not None and owner is not target:
+        _refuse(
+            ForeignStreamInCaptureError, f"event.wait(stream={stream!r})", [owner],
+            "the event was recorded inside the capture, so the waiting stream "
+            "would join it; numbagraph records one stream per capture and would "
+            "neither keep that stream's work alive nor join it back",
+            "launch that work on the capturing stream",
+        )
+    if target is not None and owner is None:
+        _refuse(
+            ForeignStreamInCaptureError, f"event.wait(stream={stream!r})", [target],
+            "the event was not recorded inside the capture, so the graph would "
+            "depend on work outside it (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)",
+            "make the stream wait on the event before the capture begins",
+        )
+
+
+def _has_host_array(args: Any) -> bool:
+    for arg in args:
+        if isinstance(arg, (np.ndarray, np.void, ArgHint)) and not _is_device(arg):
+            return True
+        if isinstance(arg, tuple) and _has_host_array(arg):
+            return True
+    return False
+
+
+def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
+    """Validate a kernel launch made while a capture is active."""
+    session = _sessions.get(handle)
+    if session is not None:
+        raise_if_invalidated(session)
+    function = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+    operation = f"launching {getattr(function, '__name__', 'a kernel')}"
+    _check_legacy_work(f"{operation} on the legacy default stream", handle)
+    if not _has_host_array(args):
+        return
+    operation = f"{operation} with a host (NumPy) array argument"
+    instead = (
+        "copy the array to the device before the capture (d = cuda.to_device(a)) "
+        "and pass the device array; read results back after the graph has run"
+    )
+    if session is not None:
+        _refuse(
+            HostArrayInCaptureError, operation, [session],
+            "numba would copy it to a temporary device array before the launch "
+            "and back after it; a graph records neither copy, and the temporary "
+            "would be gone before any replay",
+            instead,
+        )
+    blockers = _thread_blockers()
+    if blockers:
+        _refuse(
+            HostArrayInCaptureError, operation, blockers,
+            "numba would copy it through a temporary device array, and "
+            + _ALLOCATION_WHY.format(_mode_clause(blockers)),
+            instead,
+        )
+
+
+# ---------------------------------------------------------------- public
+
+def guard_stream_work(handle: int, operation: str) -> None:
+    """Refuse ``operation``, enqueued on the stream ``handle``, when it would
+    join a capture implicitly (the legacy default stream while a blocking
+    stream captures). Call only while a capture is active."""
+    _check_legacy_work(operation, handle)
+
+
+def guard_instantiation() -> None:
+    """Refuse to instantiate a graph where a capture forbids it."""
+    blockers = _thread_blockers()
+    if blockers:
+        _refuse(
+            UncapturableOperationError,
+            "instantiating a graph (its first launch, upload or update)",
+            blockers,
+            "the graph was captured while another capture was active, so it "
+            "was not instantiated then, and CUDA forbids instantiation "
+            + _mode_clause(blockers),
+            "launch or upload it once after the other capture has ended, "
+            "before beginning a new one",
+        )
+
+
+# ---------------------------------------------------------------- install
+
+def _guarded(original: Callable[..., Any], check: Callable[..., None],
+             after: Callable[..., None] | None = None) -> Callable[..., Any]:
+    if getattr(original, "__numbagraph_original__", None) is not None:
+        return original  # installed already
+
+    @functools.wraps(original)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _sessions:
+            check(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if after is not None:
+                after(*args, **kwargs)
+            return result
+        return original(*args, **kwargs)
+
+    guarded.__numbagraph_original__ = original
+    return guarded
+
+
+# numba.cuda functions: name -> check(*args, **kwargs)
+GUARDED_FUNCTIONS: dict[str, Callable[..., None]] = {
+    "to_device": _check_to_device,
+    "synchronize": _check_device_synchronize,
+    **{
+        name: _check_allocation(f"cuda.{name}()")
+        for name in (
+            "device_array", "device_array_like", "pinned_array",
+            "pinned_array_like", "mapped_array", "mapped_array_like",
+            "managed_array", "pinned", "mapped",
+        )
+    },
+}
+
+# method name -> check(self, *args, **kwargs), on the device array classes
+_ARRAY_METHODS: dict[str, Callable[..., None]] = {
+    "copy_to_host": _check_copy_to_host,
+    "copy_to_device": _check_copy_to_device,
+    "__getitem__": _check_getitem,
+    "getitem": _check_getitem,
+    "__setitem__": _check_setitem,
+    "setitem": _check_setitem,
+}
+
+
+def _install() -> None:
+    import sys
+
+    for name, check in GUARDED_FUNCTIONS.items():
+        original = getattr(cuda, name, None)
+        if original is None:
+            continue
+        guarded = _guarded(original, check)
+        for module in (cuda, sys.modules.get("numba.cuda.api")):
+            if module is not None and getattr(module, name, None) is original:
+                setattr(module, name, guarded)
+    for cls in _backend.DEVICE_ARRAY_TYPES:
+        for name, check in _ARRAY_METHODS.items():
+            if name in vars(cls):
+                setattr(cls, name, _guarded(vars(cls)[name], check))
+    stream_cls, event_cls = _backend.STREAM_TYPE, _backend.EVENT_TYPE
+    stream_cls.synchronize = _guarded(stream_cls.synchronize, _check_stream_synchronize)
+    event_cls.record = _guarded(event_cls.record, _check_event_record, _track_event_record)
+    event_cls.wait = _guarded(event_cls.wait, _check_event_wait)
+    for name in ("synchronize", "query"):
+        if name in vars(event_cls):
+            setattr(event_cls, name, _guarded(
+                vars(event_cls)[name], _check_event_wait_host(f"event.{name}()")
+            ))
+    set_launch_validator(_check_launch)
+
+
+_install()
