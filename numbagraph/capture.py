@@ -382,12 +382,17 @@ def abort_capture(stream: Any) -> None:
 class capture:
     """Record the work enqueued on ``stream`` inside the block into a graph.
 
-    ``mode`` says which other CUDA calls are refused while capturing:
-    ``"global"`` (unsafe calls from any thread), ``"thread_local"`` (from this
-    thread; the default) or ``"relaxed"`` (none).
+    ``mode`` says where the calls CUDA deems unsafe during capture
+    (allocation, pinning host memory) are refused: ``"global"`` (on every
+    thread), ``"thread_local"`` (on this thread; the default) or
+    ``"relaxed"`` (nowhere). In every mode, calls that would break the
+    capture itself (synchronising it, host copies on it, host arrays passed
+    to its kernels, work on the legacy default stream) raise a
+    :class:`~numbagraph.errors.UncapturableOperationError` and end it.
 
     If the block raises, the capture is discarded, the stream is left usable
-    and the exception propagates.
+    and the exception propagates; a driver ``CUDA_ERROR_STREAM_CAPTURE_*``
+    error is translated into the matching :class:`CaptureError`.
 
     Example::
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["capture.md", "conditionals.md"]
+PAGES = ["capture.md", "conditionals.md", "troubleshooting.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)
