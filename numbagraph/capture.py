@@ -52,9 +52,6 @@ class _Session:
         self.mode = mode
         self.keepalive: list = []
         self.thread = threading.get_ident()
-        # Work on the legacy default stream waits on this stream, so it would
-        # join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
-        self.joins_legacy = _backend.joins_legacy_stream(handle)
         # Set when another thread's refused operation invalidated this
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
@@ -63,6 +60,9 @@ class _Session:
         # last capture ends.
         self._frees = _backend.hold_frees()
         try:
+            # Work on the legacy default stream waits on this stream, so it
+            # would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+            self.joins_legacy = _backend.joins_legacy_stream(handle)
             self.recording = _backend.Recording(handle, mode)
         except BaseException:
             _backend.release_frees(self._frees)

@@ -28,9 +28,11 @@ Which calls are refused depends on the capture mode, as in CUDA:
   while a (blocking) stream captures; nothing may synchronise the device, or
   an event recorded inside a capture, while the capture runs.
 * Thread rules, for calls CUDA calls "potentially unsafe" (allocation,
-  pinning host memory, instantiating a graph): refused on the thread of a
-  ``"thread_local"`` or ``"global"`` capture, and on every thread while a
-  ``"global"`` capture runs. ``"relaxed"`` captures refuse none of them.
+  pinning host memory, instantiating a graph, and calls that block the host:
+  synchronising a stream or event outside the capture, copying to the host):
+  refused on the thread of a ``"thread_local"`` or ``"global"`` capture, and
+  on every thread while a ``"global"`` capture runs. ``"relaxed"`` captures
+  refuse none of them.
 """
 
 from __future__ import annotations
@@ -193,9 +195,28 @@ def _check_host_to_device(operation: str, handle: int | None) -> None:
     _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
 
 
+_BLOCKING_WHY = (
+    "it blocks the host until the work before it on the stream has finished; "
+    "CUDA counts host-blocking calls among those it forbids {}"
+)
+_BLOCKING_INSTEAD = (
+    "do it before the capture begins or after it ends, or capture with "
+    "mode='relaxed', which allows it"
+)
+
+
+def _check_host_blocking(cls: type, operation: str) -> None:
+    """Thread rule for calls that block the host on work outside any capture."""
+    blockers = _thread_blockers()
+    if blockers:
+        _refuse(cls, operation, blockers,
+                _BLOCKING_WHY.format(_mode_clause(blockers)), _BLOCKING_INSTEAD)
+
+
 def _check_device_to_host(operation: str, handle: int | None) -> None:
     blockers = _stream_blockers(handle)
     if not blockers:
+        _check_host_blocking(HostCopyInCaptureError, operation)
         return
     if _is_legacy(handle):
         why = _LEGACY_WHY
@@ -306,6 +327,7 @@ def _check_stream_synchronize(self: Any) -> None:
     handle = _handle(self)
     blockers = _stream_blockers(handle)
     if not blockers:
+        _check_host_blocking(SyncInCaptureError, f"{self!r}.synchronize()")
         return
     why = (
         _LEGACY_WHY if _is_legacy(handle) else
@@ -327,14 +349,16 @@ def _recorded_in(event: Any) -> Any:
 def _check_event_wait_host(operation: str) -> Callable[..., None]:
     def check(self: Any, *args: Any, **kwargs: Any) -> None:
         session = _recorded_in(self)
-        if session is not None:
-            _refuse(
-                SyncInCaptureError, operation, [session],
-                "the event was recorded inside the capture, so it completes only "
-                "when the graph runs (CUDA_ERROR_STREAM_CAPTURE_CAPTURED_EVENT)",
-                "record and wait on events outside the capture, or wait after "
-                "the graph has been launched",
-            )
+        if session is None:
+            _check_host_blocking(SyncInCaptureError, operation)
+            return
+        _refuse(
+            SyncInCaptureError, operation, [session],
+            "the event was recorded inside the capture, so it completes only "
+            "when the graph runs (CUDA_ERROR_STREAM_CAPTURE_CAPTURED_EVENT)",
+            "record and wait on events outside the capture, or wait after "
+            "the graph has been launched",
+        )
     return check
 
 

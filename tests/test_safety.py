@@ -114,6 +114,10 @@ OPS = [
        ng.SyncInCaptureError, ng.SyncInCaptureError, ".synchronize()"),
     Op("device_synchronize", lambda e: cuda.synchronize(),
        ng.SyncInCaptureError, ng.SyncInCaptureError, "cuda.synchronize()"),
+    Op("synchronize_another_stream", lambda e: e.other.synchronize(),
+       ng.SyncInCaptureError, None, ".synchronize()"),
+    Op("copy_to_host_on_another_stream", lambda e: e.y.copy_to_host(stream=e.other),
+       ng.HostCopyInCaptureError, None, "copy_to_host()"),
     Op("event_synchronize", _record_then_sync,
        ng.SyncInCaptureError, ng.SyncInCaptureError, "event.synchronize()"),
     Op("copy_to_host", lambda e: e.x.copy_to_host(stream=e.s),
@@ -305,12 +309,13 @@ def test_device_to_device_copy_is_recorded_and_keeps_both_arrays(env):
 
 
 def test_work_on_another_stream_may_run_during_a_capture(env):
+    z = device_zeros(32, stream=env.other)
     with ng.capture(env.s) as cap:
         env.add[1, 32, env.s](env.x, env.one)
         env.add[1, 32, env.other](env.y, env.one_other)  # runs now
-        env.y.copy_to_host(stream=env.other)
-        env.other.synchronize()
+        z.copy_to_device(env.y, stream=env.other)
     np.testing.assert_array_equal(env.y.copy_to_host(stream=env.other), 1.0)
+    np.testing.assert_array_equal(z.copy_to_host(stream=env.other), 1.0)
     cap.graph.launch()
     np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 1.0)
 
@@ -531,7 +536,12 @@ def test_ending_another_threads_capture_is_refused(env):
 def test_a_relaxed_capture_may_end_on_another_thread(env):
     ng.begin_capture(env.s, mode="relaxed")
     env.add[1, 32, env.s](env.x, env.one)
-    graph = _in_thread(lambda: ng.end_capture(env.s))
+
+    def end_here():
+        cuda.current_context()  # a thread that uses CUDA has made its context current
+        return ng.end_capture(env.s)
+
+    graph = _in_thread(end_here)
     graph.launch()
     np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 1.0)
 
