@@ -18,6 +18,7 @@ from pathlib import Path
 from . import SUITES
 from .core import Config, Context, SuiteResult
 from .environment import collect, describe
+from .peers import warm_up
 from .report import markdown_report, text_report, write_json, write_plots
 from .targets import evaluate
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Numba warns once per call site about tiny grids; the tiny kernel's grid
     # is small on purpose. Ignoring costs the same per launch as the default.
-    warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+    warnings.filterwarnings("ignore", message=".*Grid size .* under-utilization")
     config = Config.for_run(args.quick)
     ctx = Context(config)
     env = collect()
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                      "not a GPU")
     results = []
     try:
+        warm_up(ctx)
         for i, name in enumerate(args.suites, 1):
             ctx.begin_suite(f"{i}/{len(args.suites)} {name}")
             results.append(_run_suite(ctx, name))

@@ -2,22 +2,22 @@
 instantiating the graph, per launch captured.
 
 Host clock from the start of the capture until the instantiated graph is in
-hand; freeing it is not timed. Median of the trials, after one untimed
-capture. Peers: numbagraph (``with ng.capture(s)`` with the scalar argument a
-DeviceScalar, and with a plain device array), cuda.core directly
-(``GraphBuilder.begin_building`` ... ``end_building`` + ``complete``), the same
-numba launches run eagerly without any capture (what the launches alone
-cost), and the C++ floor.
+hand; freeing it is not timed. Median of the trials after one untimed
+capture, the peers taking turns trial by trial. Peers: numbagraph
+(``with ng.capture(s)``, the scalar argument a DeviceScalar, and a plain
+device array), cuda.core directly (``GraphBuilder.begin_building`` ...
+``end_building`` + ``complete``), the same numba launches run eagerly without
+any capture (what the launches alone cost), and the C++ floor.
 """
 
 from __future__ import annotations
 
 import numbagraph as ng
 
-from .core import Context, Row, SuiteResult
+from .core import Context, SuiteResult
 from .floor import floor
 from .peers import numba_tiny, raw_driver
-from .timing import measure
+from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "run"]
 
@@ -30,21 +30,23 @@ def _case(launches: int) -> str:
     return f"{launches} launches"
 
 
-def _timed(ctx: Context, peer: str, launches: int, once, cleanup, sync) -> Row:
+def _captures(ctx: Context, launches: int, once, free) -> Contender:
+    """Each batch makes one capture with ``once()``; ``free`` frees them all
+    after the trials."""
     made: list = []
-    timing = measure(lambda: made.append(once()), launches,
-                     trials=ctx.config.capture_trials, sync=sync)
-    for item in made:
-        cleanup(item)
-    return Row.of(_case(launches), peer, timing.scaled(1e6), UNIT, timing.clock,
-                  param=launches)
+
+    def close():
+        for item in made:
+            free(item)
+
+    return Contender(lambda: made.append(once()), launches, numba_tiny(ctx).sync,
+                     close=close)
 
 
 def _numbagraph(scalar: bool):
-    def rows(ctx: Context):
+    def setup(ctx: Context, launches: int) -> Contender:
         t = numba_tiny(ctx)
         n = t.n if scalar else t.n_array
-        peer = "numbagraph" if scalar else "numbagraph (array arg)"
 
         def once():
             with ng.capture(t.stream) as cap:
@@ -52,12 +54,11 @@ def _numbagraph(scalar: bool):
                     t.launch(n)
             return cap.graph
 
-        for launches in ctx.config.capture_sizes:
-            yield _timed(ctx, peer, launches, once, lambda g: g.close(), t.sync)
-    return rows
+        return _captures(ctx, launches, once, lambda graph: graph.close())
+    return setup
 
 
-def _cuda_core(ctx: Context):
+def _cuda_core(ctx: Context, launches: int) -> Contender:
     raw = raw_driver(ctx)
     t = numba_tiny(ctx)
     core_stream = raw.Stream.from_handle(int(t.stream.handle))
@@ -70,23 +71,21 @@ def _cuda_core(ctx: Context):
         builder.end_building()
         return builder, builder.complete()
 
-    def cleanup(made):
+    def free(made):
         made[1].close()
         made[0].close()
 
-    for launches in ctx.config.capture_sizes:
-        yield _timed(ctx, "cuda.core", launches, once, cleanup, t.sync)
+    return _captures(ctx, launches, once, free)
 
 
-def _eager(ctx: Context):
+def _eager(ctx: Context, launches: int) -> Contender:
     t = numba_tiny(ctx)
 
     def once():
         for _ in range(launches):
             t.launch(t.n_array)
 
-    for launches in ctx.config.capture_sizes:
-        yield _timed(ctx, "numba launches, no capture", launches, once, lambda _: None, t.sync)
+    return _captures(ctx, launches, once, lambda _: None)
 
 
 def _cpp(ctx: Context):
@@ -102,16 +101,26 @@ def _cpp(ctx: Context):
         yield row
 
 
+PEERS = {
+    "numbagraph": _numbagraph(True),
+    "numbagraph (array arg)": _numbagraph(False),
+    "cuda.core": _cuda_core,
+    "numba launches, no capture": _eager,
+}
+
+
 def run(ctx: Context) -> SuiteResult:
     """Measure capture + instantiate for numbagraph and its peers."""
     result = SuiteResult(NAME, TITLE, UNIT)
-    for peer, rows in (
-        ("numbagraph", _numbagraph(True)), ("numbagraph (array arg)", _numbagraph(False)),
-        ("cuda.core", _cuda_core), ("numba launches, no capture", _eager), ("C++", _cpp),
-    ):
-        ctx.attempt(result, peer, lambda rows=rows: rows(ctx))
+    for launches in ctx.config.capture_sizes:
+        setups = {peer: (lambda setup=setup, n=launches: setup(ctx, n))
+                  for peer, setup in PEERS.items()}
+        ctx.compare(result, _case(launches), setups, unit=UNIT, param=launches,
+                    trials=ctx.config.capture_trials)
+    ctx.attempt(result, "C++", lambda: _cpp(ctx))
     result.notes.append(
         "host clock from the start of the capture to the instantiated graph; "
-        f"median of {ctx.config.capture_trials} trials after one untimed capture"
+        f"median of {ctx.config.capture_trials} trials after one untimed capture, "
+        "the peers taking turns"
     )
     return result

@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable
 
 import numbagraph as ng
 
+from .timing import Contender, measure_many
+
 __all__ = [
     "Config",
     "Context",
@@ -51,6 +53,7 @@ class Config:
     bandwidth_elements: int    # float32 elements per array in the bandwidth suite
     bandwidth_repeats: int
     app_timeout: float         # seconds an example may run
+    warm_seconds: float = 0.0  # tiny launches before the first suite, to settle clocks
 
     @classmethod
     def for_run(cls, quick: bool) -> "Config":
@@ -60,25 +63,25 @@ class Config:
                 graph_sizes=(1, 4), capture_sizes=(2, 4),
                 trials=2, warmup=1, target_units=8, min_repeats=1, max_repeats=4,
                 launch_repeats=4, capture_trials=2,
-                bandwidth_elements=256, bandwidth_repeats=2,
-                app_timeout=600.0,
+                bandwidth_elements=64, bandwidth_repeats=1,
+                app_timeout=600.0, warm_seconds=0.0,
             )
         if quick:
             return cls(
                 quick=True, simulated=False, elements=1024,
                 graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
                 trials=5, warmup=200, target_units=50_000, min_repeats=20,
-                max_repeats=2_000, launch_repeats=2_000, capture_trials=3,
+                max_repeats=2_000, launch_repeats=2_000, capture_trials=5,
                 bandwidth_elements=1 << 28, bandwidth_repeats=5,
-                app_timeout=60.0,
+                app_timeout=60.0, warm_seconds=1.0,
             )
         return cls(
             quick=False, simulated=False, elements=1024,
             graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
-            trials=9, warmup=500, target_units=200_000, min_repeats=50,
-            max_repeats=5_000, launch_repeats=5_000, capture_trials=7,
+            trials=11, warmup=500, target_units=200_000, min_repeats=50,
+            max_repeats=5_000, launch_repeats=5_000, capture_trials=11,
             bandwidth_elements=1 << 28, bandwidth_repeats=10,
-            app_timeout=100.0,
+            app_timeout=100.0, warm_seconds=2.0,
         )
 
     def repeats_for(self, nodes: int) -> int:
@@ -157,6 +160,21 @@ class Context:
         print(f"[{elapsed:6.1f}s {self._suite}] {message}",
               file=self._out or sys.stderr, flush=True)
 
+    def _report(self, row: Row) -> None:
+        self.progress(f"{row.peer}, {row.case}: {row.value:.4g} {row.unit} ({row.clock})")
+
+    def skip(self, result: SuiteResult, peer: str, why: str) -> None:
+        """Record once that ``peer`` could not run in this suite, and why."""
+        if all(p != peer for p, _ in result.skipped):
+            result.skipped.append([peer, why])
+            self.progress(f"{peer}: skipped: {why}")
+
+    def fail(self, result: SuiteResult, peer: str, exc: BaseException) -> None:
+        """Record that ``peer`` raised: a bug, reported with its traceback."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        result.failures.append(f"{peer}:\n{text}")
+        self.skip(result, peer, f"failed: {type(exc).__name__}: {exc}")
+
     def attempt(self, result: SuiteResult, peer: str,
                 rows: Callable[[], Iterable[Row]]) -> None:
         """Add the rows ``rows()`` yields to ``result``, reporting each as it
@@ -165,16 +183,42 @@ class Context:
         try:
             for row in rows():
                 result.rows.append(row)
-                self.progress(
-                    f"{row.peer}, {row.case}: {row.value:.4g} {row.unit} ({row.clock})"
-                )
+                self._report(row)
         except PeerMissing as exc:
-            result.skipped.append([peer, str(exc)])
-            self.progress(f"{peer}: skipped: {exc}")
+            self.skip(result, peer, str(exc))
         except Exception as exc:
-            result.skipped.append([peer, f"failed: {type(exc).__name__}: {exc}"])
-            result.failures.append(f"{peer}:\n{traceback.format_exc()}")
-            self.progress(f"{peer}: FAILED: {type(exc).__name__}: {exc}")
+            self.fail(result, peer, exc)
+
+    def compare(self, result: SuiteResult, case: str,
+                setups: dict[str, Callable[[], Contender]], *, unit: str,
+                scale: float = 1e6, param: float | None = None,
+                trials: int | None = None) -> None:
+        """Set up one contender per peer for ``case``, time them round-robin
+        (see :func:`~numbagraph.bench.timing.measure_many`) and add a row for
+        each; ``scale`` turns seconds per unit into ``unit``. Missing peers
+        are skipped with the reason, failing ones recorded."""
+        contenders: dict[str, Contender] = {}
+        for peer, setup in setups.items():
+            try:
+                contenders[peer] = setup()
+            except PeerMissing as exc:
+                self.skip(result, peer, str(exc))
+            except Exception as exc:
+                self.fail(result, peer, exc)
+        try:
+            timings = measure_many(
+                contenders, trials=trials or self.config.trials,
+                on_error=lambda peer, exc: self.fail(result, peer, exc),
+            )
+            for peer, timing in timings.items():
+                row = Row.of(case, peer, timing.scaled(scale), unit, timing.clock,
+                             param=param, note=contenders[peer].note)
+                result.rows.append(row)
+                self._report(row)
+        finally:
+            for contender in contenders.values():
+                if contender.close is not None:
+                    contender.close()
 
     def shared(self, key: str, make: Callable[[], Any]) -> Any:
         """The peer stored under ``key``, made on first use. A PeerMissing

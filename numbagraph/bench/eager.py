@@ -2,20 +2,20 @@
 
 R launches back to back on one stream, timed on the host clock from the
 first launch until the stream has finished them all (the host is the
-bottleneck, so this is the launch cost); median of the trials. The last
-column is numbagraph replaying a graph of the same launches, per kernel.
+bottleneck, so this is the launch cost); median of the trials, the Python
+peers taking turns trial by trial. The last Python column is numbagraph
+replaying a graph of the same launches, per kernel.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 import numbagraph as ng
 
-from .core import Context, Row, SuiteResult
+from .core import Context, SuiteResult
 from .floor import floor
-from .peers import cupy_cuda, cupy_tiny, numba_tiny, torch_cuda
-from .timing import measure
+from .peers import numba_tiny
+from .replay import cupy_stream_tiny, torch_tiny
+from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "run"]
 
@@ -25,66 +25,92 @@ UNIT = "us/kernel"
 CASE = "tiny kernel"
 
 
-def _timed(ctx: Context, peer: str, launch, sync, per_call: int = 1, note: str = "") -> Row:
-    cfg = ctx.config
-    reps = cfg.launch_repeats
+def _launches(ctx: Context, launch, sync, note: str = "", close=None) -> Contender:
+    reps = ctx.config.launch_repeats
 
     def batch():
         for _ in range(reps):
             launch()
 
-    timing = measure(batch, reps * per_call, trials=cfg.trials, sync=sync)
-    return Row.of(CASE, peer, timing.scaled(1e6), UNIT, timing.clock, note=note)
+    return Contender(batch, reps, sync, close=close, note=note)
 
 
-def _numba(ctx: Context):
+def _numba(ctx: Context) -> Contender:
     t = numba_tiny(ctx)
-    yield _timed(ctx, "numba", lambda: t.launch(t.n_array), t.sync,
-                 note="kernel[grid, block, stream](a, n) with n a device array")
+    return _launches(ctx, lambda: t.launch(t.n_array), t.sync,
+                     "kernel[grid, block, stream](a, n) with n a device array")
 
 
-def _numba_quiet(ctx: Context):
+def _numba_quiet(ctx: Context) -> Contender:
     # Numba checks the grid of every launch and warns below 128 blocks; the
     # check (on by default) is part of what a tiny launch costs.
     from numba.cuda.core import config
 
     t = numba_tiny(ctx)
-    saved = config.CUDA_LOW_OCCUPANCY_WARNINGS
-    config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-    try:
-        yield _timed(ctx, "numba, occupancy check off", lambda: t.launch(t.n_array), t.sync,
-                     note="NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0")
-    finally:
-        config.CUDA_LOW_OCCUPANCY_WARNINGS = saved
+    contender = _launches(ctx, lambda: t.launch(t.n_array), t.sync,
+                          "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0")
+    inner = contender.batch
+
+    def batch():
+        saved = config.CUDA_LOW_OCCUPANCY_WARNINGS
+        config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+        try:
+            inner()
+        finally:
+            config.CUDA_LOW_OCCUPANCY_WARNINGS = saved
+
+    contender.batch = batch
+    return contender
 
 
-def _numba_scalar(ctx: Context):
+def _numba_scalar(ctx: Context) -> Contender:
     t = numba_tiny(ctx)
-    yield _timed(ctx, "numba + DeviceScalar", lambda: t.launch(t.n), t.sync,
-                 note="kernel[grid, block, stream](a, n) with n a DeviceScalar")
+    return _launches(ctx, lambda: t.launch(t.n), t.sync,
+                     "kernel[grid, block, stream](a, n) with n a DeviceScalar")
 
 
-def _torch(ctx: Context):
-    torch = torch_cuda(ctx)
-    ts = torch.cuda.Stream()
-    a = torch.zeros(ctx.config.elements, device="cuda")
-    n = torch.ones(1, device="cuda")
-    with torch.cuda.stream(ts):
-        yield _timed(ctx, "PyTorch", lambda: a.add_(n), ts.synchronize, note="a.add_(n)")
+def _torch(ctx: Context) -> Contender:
+    tt = torch_tiny(ctx)
+    contender = _launches(ctx, lambda: tt.a.add_(tt.n), tt.stream.synchronize, "a.add_(n)")
+    inner = contender.batch
+
+    def batch():
+        with tt.torch.cuda.stream(tt.stream):
+            inner()
+
+    contender.batch = batch
+    return contender
 
 
-def _cupy(ctx: Context):
-    cp = cupy_cuda(ctx)
-    kernel = cupy_tiny(ctx)
-    cfg = ctx.config
-    blocks, threads = cfg.grid
-    cs = cp.cuda.Stream(non_blocking=True)
-    a = cp.zeros(cfg.elements, cp.float32)
-    n = cp.ones(1, cp.float32)
-    args = (a, n, np.int32(cfg.elements))
-    with cs:
-        yield _timed(ctx, "CuPy", lambda: kernel((blocks,), (threads,), args),
-                     cs.synchronize, note="RawKernel call")
+def _cupy(ctx: Context) -> Contender:
+    ct = cupy_stream_tiny(ctx)
+    contender = _launches(ctx, ct.launch, ct.stream.synchronize, "RawKernel call")
+    inner = contender.batch
+
+    def batch():
+        with ct.stream:
+            inner()
+
+    contender.batch = batch
+    return contender
+
+
+def _replay(ctx: Context) -> Contender:
+    t = numba_tiny(ctx)
+    nodes = max(n for n in ctx.config.graph_sizes if n <= 100)
+    with ng.capture(t.stream) as cap:
+        for _ in range(nodes):
+            t.launch(t.n)
+    graph = cap.graph
+    graph.upload()
+    reps = max(1, ctx.config.launch_repeats // nodes)
+
+    def batch():
+        for _ in range(reps):
+            graph.launch()
+
+    return Contender(batch, reps * nodes, t.sync, close=graph.close,
+                     note=f"graph.launch() of {nodes} launches, per kernel")
 
 
 def _cpp(ctx: Context):
@@ -95,34 +121,21 @@ def _cpp(ctx: Context):
     )
 
 
-def _replay(ctx: Context):
-    t = numba_tiny(ctx)
-    nodes = max(n for n in ctx.config.graph_sizes if n <= 100)
-    with ng.capture(t.stream) as cap:
-        for _ in range(nodes):
-            t.launch(t.n)
-    with cap.graph as graph:
-        graph.upload()
-        reps = max(1, ctx.config.launch_repeats // nodes)
-        timing = measure(lambda: [graph.launch() for _ in range(reps)], reps * nodes,
-                         trials=ctx.config.trials, sync=t.sync)
-        yield Row.of(CASE, f"numbagraph replay ({nodes} nodes)", timing.scaled(1e6), UNIT,
-                     timing.clock, note="graph.launch() of the same launches, per kernel")
-
-
 def run(ctx: Context) -> SuiteResult:
     """Measure the eager launch cost of every peer present."""
     result = SuiteResult(NAME, TITLE, UNIT)
-    for peer, rows in (
-        ("numba", _numba), ("numba, occupancy check off", _numba_quiet),
-        ("numba + DeviceScalar", _numba_scalar), ("PyTorch", _torch),
-        ("CuPy", _cupy), ("C++", _cpp), ("numbagraph replay", _replay),
-    ):
-        ctx.attempt(result, peer, lambda rows=rows: rows(ctx))
+    setups = {
+        "numba": _numba, "numba, occupancy check off": _numba_quiet,
+        "numba + DeviceScalar": _numba_scalar, "PyTorch": _torch, "CuPy": _cupy,
+        "numbagraph replay": _replay,
+    }
+    ctx.compare(result, CASE, {p: (lambda s=s: s(ctx)) for p, s in setups.items()},
+                unit=UNIT)
+    ctx.attempt(result, "C++", lambda: _cpp(ctx))
     result.notes.append(
         f"host clock over {ctx.config.launch_repeats} launches, stopped after the "
         f"stream synchronises; median of {ctx.config.trials} trials after one "
-        "untimed batch. numbagraph is imported, so plain numba launches also pass "
-        "through its launch hook"
+        "untimed batch, the Python peers taking turns. numbagraph is imported, so "
+        "plain numba launches also pass through its launch hook"
     )
     return result

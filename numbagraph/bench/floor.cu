@@ -11,7 +11,9 @@
 //
 // Common options: --elements N --trials T --warmup W --repeats R, and for
 // replay --target U --min-repeats A --max-repeats B (repeats per trial are
-// clamp(U / nodes, A, B), the formula the Python side uses).
+// clamp(U / nodes, A, B), the formula the Python side uses), and --blocking 1
+// for a stream that synchronises with the legacy default stream, as
+// numba's cuda.stream() does (the default is a non-blocking stream).
 // On any CUDA error it prints {"error": "..."} and exits with status 1.
 
 #include <cuda_runtime.h>
@@ -49,6 +51,7 @@ struct Options {
     long target = 200000;
     long min_repeats = 20;
     long max_repeats = 5000;
+    long blocking = 0;  // 1: a stream that synchronises with the legacy default stream
 };
 
 static std::vector<long> parse_list(const char* text) {
@@ -80,6 +83,7 @@ static Options parse(int argc, char** argv) {
         else if (key == "--target") o.target = std::atol(val);
         else if (key == "--min-repeats") o.min_repeats = std::atol(val);
         else if (key == "--max-repeats") o.max_repeats = std::atol(val);
+        else if (key == "--blocking") o.blocking = std::atol(val);
         else {
             std::printf("{\"error\": \"unknown option %s\"}\n", key.c_str());
             std::exit(2);
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceCount(&devices));
     CK(cudaFree(nullptr));  // create the context outside every timing
     cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s, o.blocking ? cudaStreamDefault : cudaStreamNonBlocking));
     {
         Tiny k(o.elements);
         k.launch(s);

@@ -14,9 +14,10 @@ from pathlib import Path
 from .core import Context, PeerMissing, Row
 from .peers import require_driver
 
-__all__ = ["Floor", "floor"]
+__all__ = ["Floor", "floor", "PEER", "PEER_BLOCKING"]
 
 PEER = "C++"
+PEER_BLOCKING = "C++, blocking stream"
 
 
 def _find_nvcc() -> str | None:
@@ -54,11 +55,12 @@ class Floor:
             raise RuntimeError(f"the C++ floor failed: {out['error']}")
         return out["results"]
 
-    def rows(self, mode: str, case_of, unit: str, clock: str, **options) -> list[Row]:
+    def rows(self, mode: str, case_of, unit: str, clock: str, peer: str = PEER,
+             **options) -> list[Row]:
         """Run ``mode`` and turn each result line into a Row; ``case_of(line)``
         names its case."""
         return [
-            Row.of(case_of(line), PEER, line["trials"], unit, clock,
+            Row.of(case_of(line), peer, line["trials"], unit, clock,
                    param=line["param"] or None)
             for line in self.run(mode, **options)
         ]

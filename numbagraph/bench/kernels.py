@@ -44,14 +44,15 @@ def fill_value(x, value):
 
 
 class NumbaTiny:
-    """The tiny kernel's data on a numba stream: ``a`` (float32), ``n`` as a
-    DeviceScalar and ``n_array`` as a plain 1-element device array.
+    """The tiny kernel's data on a numba stream (``cuda.stream()`` unless
+    given): ``a`` (float32), ``n`` as a DeviceScalar and ``n_array`` as a
+    plain 1-element device array.
 
     ``launch(n)`` launches ``tiny[grid, block, stream](a, n)``.
     """
 
-    def __init__(self, config: Config):
-        self.stream = cuda.stream()
+    def __init__(self, config: Config, stream=None):
+        self.stream = cuda.stream() if stream is None else stream
         self.a = cuda.to_device(np.zeros(config.elements, np.float32), stream=self.stream)
         self.n = ng.DeviceScalar(1.0, dtype=np.float32, stream=self.stream)
         self.n_array = cuda.to_device(np.ones(1, np.float32), stream=self.stream)

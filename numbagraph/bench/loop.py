@@ -2,14 +2,16 @@
 of a 1-node graph, and each half alone.
 
 Host clock over R steps, stopped after the stream synchronises; median of
-the trials. Each step writes a new value. The columns take the Python path
-apart: numbagraph (``DeviceScalar.update`` + ``CapturedGraph.launch``); the
-same graph built by cuda.core and launched by ``Graph.launch``; the driver
-calls themselves through cuda.bindings and through ctypes into libcuda,
-with the update as ``cuMemcpyHtoDAsync`` from a pageable buffer (what
-DeviceScalar does) or as ``cuMemsetD32Async`` (the value travels inside the
-call); the C++ floor (pinned ``cudaMemcpyAsync`` + ``cudaGraphLaunch``);
-PyTorch (pinned ``copy_(non_blocking=True)`` + ``CUDAGraph.replay``).
+the trials, the Python peers taking turns trial by trial. Each step writes a
+new value. The columns take the Python path apart: numbagraph
+(``DeviceScalar.update`` + ``CapturedGraph.launch``) on ``cuda.stream()`` and
+on a non-blocking stream; the same graph built by cuda.core and launched by
+``Graph.launch``; the driver calls themselves through cuda.bindings and
+through ctypes into libcuda, with the update as ``cuMemcpyHtoDAsync`` from a
+pageable buffer (what DeviceScalar does) or as ``cuMemsetD32Async`` (the
+value travels inside the call); PyTorch (pinned ``copy_(non_blocking=True)``
++ ``CUDAGraph.replay``); the C++ floor (pinned ``cudaMemcpyAsync`` +
+``cudaGraphLaunch``) on a non-blocking stream and on a blocking one.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import numpy as np
 
 import numbagraph as ng
 
-from .core import Context, Row, SuiteResult
-from .floor import floor
-from .peers import libcuda, numba_tiny, raw_driver, torch_cuda
-from .timing import measure
+from .core import Context, SuiteResult
+from .floor import PEER, PEER_BLOCKING, floor
+from .peers import libcuda, numba_tiny, numba_tiny_nonblocking, raw_driver
+from .replay import torch_tiny
+from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "run", "STEP", "UPDATE", "LAUNCH"]
 
@@ -39,39 +42,51 @@ def _values(ctx: Context) -> list:
     return [float(i % 1000) for i in range(ctx.config.launch_repeats)]
 
 
-def _timed(ctx: Context, case: str, peer: str, batch, sync, note: str = "") -> Row:
-    cfg = ctx.config
-    timing = measure(batch, cfg.launch_repeats, trials=cfg.trials, sync=sync)
-    return Row.of(case, peer, timing.scaled(1e6), UNIT, timing.clock, note=note)
-
-
-def _numbagraph(ctx: Context):
-    t = numba_tiny(ctx)
-    pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
-    t.launch(pos)
-    with ng.capture(t.stream) as cap:
-        t.launch(pos)
+def _contender(ctx: Context, case: str, update, launch, sync, note: str = "") -> Contender:
+    """The batch of ``case`` built from ``update(v)`` and ``launch()``."""
     values = _values(ctx)
-    with cap.graph as graph:
-        graph.upload()
-        update, launch = pos.update, graph.launch
 
-        def step():
-            for v in values:
-                update(v)
-                launch()
+    def step():
+        for v in values:
+            update(v)
+            launch()
 
-        def update_only():
-            for v in values:
-                update(v)
+    def update_only():
+        for v in values:
+            update(v)
 
-        def launch_only():
-            for _ in values:
-                launch()
+    def launch_only():
+        for _ in values:
+            launch()
 
-        yield _timed(ctx, STEP, "numbagraph", step, t.sync)
-        yield _timed(ctx, UPDATE, "numbagraph", update_only, t.sync)
-        yield _timed(ctx, LAUNCH, "numbagraph", launch_only, t.sync)
+    batch = {STEP: step, UPDATE: update_only, LAUNCH: launch_only}[case]
+    return Contender(batch, len(values), sync, note=note)
+
+
+def _numbagraph_state(tiny_of, key: str):
+    def state(ctx: Context):
+        def make():
+            t = tiny_of(ctx)
+            pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
+            t.launch(pos)
+            with ng.capture(t.stream) as cap:
+                t.launch(pos)
+            graph = cap.graph
+            graph.upload()
+            ctx.on_close(graph.close)
+            return t, pos, graph
+        return ctx.shared(key, make)
+    return state
+
+
+def _numbagraph(tiny_of, key: str):
+    state = _numbagraph_state(tiny_of, key)
+
+    def setup(ctx: Context, case: str) -> Contender:
+        t, pos, graph = state(ctx)
+        return _contender(ctx, case, pos.update, graph.launch, t.sync,
+                          "DeviceScalar.update + CapturedGraph.launch")
+    return setup
 
 
 class _RawGraph:
@@ -105,15 +120,11 @@ def _raw_graph(ctx: Context) -> _RawGraph:
     return ctx.shared("raw_graph", lambda: _RawGraph(ctx))
 
 
-def _cuda_core(ctx: Context):
+def _cuda_core(ctx: Context, case: str) -> Contender:
     g = _raw_graph(ctx)
     launch, stream = g.graph.launch, g.core_stream
-
-    def launch_only():
-        for _ in range(ctx.config.launch_repeats):
-            launch(stream)
-
-    yield _timed(ctx, LAUNCH, "cuda.core", launch_only, g.tiny.sync, "Graph.launch(stream)")
+    return _contender(ctx, case, None, lambda: launch(stream), g.tiny.sync,
+                      "Graph.launch(stream)")
 
 
 def _bindings_calls(ctx: Context, memset: bool):
@@ -174,105 +185,98 @@ def _ctypes_calls(ctx: Context, memset: bool):
     return update, launch
 
 
-def _three(ctx: Context, peer: str, update, launch, sync, note: str):
+def _driver_peer(calls, memset: bool, note: str):
+    def setup(ctx: Context, case: str) -> Contender:
+        update, launch = calls(ctx, memset)
+        return _contender(ctx, case, update, launch, numba_tiny(ctx).sync, note)
+    return setup
+
+
+def _torch_state(ctx: Context):
+    def make():
+        tt = torch_tiny(ctx)
+        torch, ts = tt.torch, tt.stream
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=ts):
+            tt.a.add_(tt.n)
+        # One pinned slot per step, so no copy in flight sees a later value.
+        ring = torch.empty(ctx.config.launch_repeats, dtype=torch.float32, pin_memory=True)
+        slots = [ring[i:i + 1] for i in range(ctx.config.launch_repeats)]
+        return tt, graph, ring.numpy(), slots
+    return ctx.shared("loop_torch", make)
+
+
+def _torch(ctx: Context, case: str) -> Contender:
+    tt, graph, ring_np, slots = _torch_state(ctx)
     values = _values(ctx)
+    replay, copy, stream = graph.replay, tt.n.copy_, tt.torch.cuda.stream(tt.stream)
 
     def step():
-        for v in values:
-            update(v)
-            launch()
+        with stream:
+            for i, v in enumerate(values):
+                ring_np[i] = v
+                copy(slots[i], non_blocking=True)
+                replay()
 
     def update_only():
-        for v in values:
-            update(v)
+        with stream:
+            for i, v in enumerate(values):
+                ring_np[i] = v
+                copy(slots[i], non_blocking=True)
 
     def launch_only():
-        for _ in values:
-            launch()
+        with stream:
+            for _ in values:
+                replay()
 
-    yield _timed(ctx, STEP, peer, step, sync, note)
-    yield _timed(ctx, UPDATE, peer, update_only, sync, note)
-    yield _timed(ctx, LAUNCH, peer, launch_only, sync, note)
+    batch = {STEP: step, UPDATE: update_only, LAUNCH: launch_only}[case]
+    return Contender(batch, len(values), tt.stream.synchronize,
+                     note="pinned copy_(non_blocking=True) + CUDAGraph.replay()")
 
 
-def _driver_peer(calls, memset: bool, peer: str, note: str):
+def _cpp(blocking: bool):
     def rows(ctx: Context):
-        update, launch = calls(ctx, memset)
-        yield from _three(ctx, peer, update, launch, numba_tiny(ctx).sync, note)
+        cfg = ctx.config
+        yield from floor(ctx).rows(
+            "loop", lambda line: line["label"], UNIT, "wall",
+            peer=PEER_BLOCKING if blocking else PEER, blocking=int(blocking),
+            elements=cfg.elements, trials=cfg.trials, warmup=cfg.warmup,
+            repeats=cfg.launch_repeats,
+        )
     return rows
 
 
-def _torch(ctx: Context):
-    torch = torch_cuda(ctx)
-    cfg = ctx.config
-    ts = torch.cuda.Stream()
-    a = torch.zeros(cfg.elements, device="cuda")
-    n = torch.ones(1, device="cuda")
-    with torch.cuda.stream(ts):
-        for _ in range(3):
-            a.add_(n)
-    ts.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=ts):
-        a.add_(n)
-    # One pinned slot per step, so no copy in flight sees a later value.
-    ring = torch.empty(cfg.launch_repeats, dtype=torch.float32, pin_memory=True)
-    ring_np = ring.numpy()
-    slots = [ring[i:i + 1] for i in range(cfg.launch_repeats)]
-    values = _values(ctx)
-    replay, copy = graph.replay, n.copy_
-
-    def step():
-        for i, v in enumerate(values):
-            ring_np[i] = v
-            copy(slots[i], non_blocking=True)
-            replay()
-
-    def update_only():
-        for i, v in enumerate(values):
-            ring_np[i] = v
-            copy(slots[i], non_blocking=True)
-
-    def launch_only():
-        for _ in values:
-            replay()
-
-    note = "pinned copy_(non_blocking=True) + CUDAGraph.replay()"
-    with torch.cuda.stream(ts):
-        yield _timed(ctx, STEP, "PyTorch", step, ts.synchronize, note)
-        yield _timed(ctx, UPDATE, "PyTorch", update_only, ts.synchronize, note)
-        yield _timed(ctx, LAUNCH, "PyTorch", launch_only, ts.synchronize, note)
-
-
-def _cpp(ctx: Context):
-    cfg = ctx.config
-    yield from floor(ctx).rows(
-        "loop", lambda line: line["label"], UNIT, "wall", elements=cfg.elements,
-        trials=cfg.trials, warmup=cfg.warmup, repeats=cfg.launch_repeats,
-    )
+PEERS = {
+    "numbagraph": _numbagraph(numba_tiny, "loop_numbagraph"),
+    "numbagraph, non-blocking stream": _numbagraph(numba_tiny_nonblocking,
+                                                   "loop_numbagraph_nonblocking"),
+    "cuda.core": _cuda_core,
+    "cuda.bindings": _driver_peer(_bindings_calls, False,
+                                  "cuMemcpyHtoDAsync (pageable) + cuGraphLaunch"),
+    "cuda.bindings memset": _driver_peer(_bindings_calls, True,
+                                         "cuMemsetD32Async + cuGraphLaunch"),
+    "ctypes": _driver_peer(_ctypes_calls, False,
+                           "libcuda cuMemcpyHtoDAsync_v2 (pageable) + cuGraphLaunch"),
+    "ctypes memset": _driver_peer(_ctypes_calls, True,
+                                  "libcuda cuMemsetD32Async + cuGraphLaunch"),
+    "PyTorch": _torch,
+}
+_LAUNCH_ONLY = {"cuda.core"}  # peers with nothing to update
 
 
 def run(ctx: Context) -> SuiteResult:
     """Measure a replay-loop step for numbagraph and its peers."""
     result = SuiteResult(NAME, TITLE, UNIT)
-    peers = (
-        ("numbagraph", _numbagraph),
-        ("cuda.core", _cuda_core),
-        ("cuda.bindings", _driver_peer(_bindings_calls, False, "cuda.bindings",
-                                       "cuMemcpyHtoDAsync (pageable) + cuGraphLaunch")),
-        ("cuda.bindings memset", _driver_peer(_bindings_calls, True, "cuda.bindings memset",
-                                              "cuMemsetD32Async + cuGraphLaunch")),
-        ("ctypes", _driver_peer(_ctypes_calls, False, "ctypes",
-                                "libcuda cuMemcpyHtoDAsync_v2 (pageable) + cuGraphLaunch")),
-        ("ctypes memset", _driver_peer(_ctypes_calls, True, "ctypes memset",
-                                       "libcuda cuMemsetD32Async + cuGraphLaunch")),
-        ("C++", _cpp),
-        ("PyTorch", _torch),
-    )
-    for peer, rows in peers:
-        ctx.attempt(result, peer, lambda rows=rows: rows(ctx))
+    for case in (STEP, UPDATE, LAUNCH):
+        setups = {peer: (lambda setup=setup, case=case: setup(ctx, case))
+                  for peer, setup in PEERS.items()
+                  if case == LAUNCH or peer not in _LAUNCH_ONLY}
+        ctx.compare(result, case, setups, unit=UNIT)
+    ctx.attempt(result, PEER, lambda: _cpp(False)(ctx))
+    ctx.attempt(result, PEER_BLOCKING, lambda: _cpp(True)(ctx))
     result.notes.append(
         f"host clock over {ctx.config.launch_repeats} steps, stopped after the stream "
-        f"synchronises; median of {ctx.config.trials} trials after one untimed batch"
+        f"synchronises; median of {ctx.config.trials} trials after one untimed batch, "
+        "the Python peers taking turns"
     )
     return result

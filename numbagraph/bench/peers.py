@@ -8,20 +8,58 @@ the suite reports the reason and runs without it.
 from __future__ import annotations
 
 import ctypes
+import time
 import types
 from typing import Any
+
+from numba import cuda
 
 import numbagraph as ng
 
 from .core import Context, PeerMissing
 from .kernels import TINY_CUDA_SOURCE, NumbaTiny
 
-__all__ = ["numba_tiny", "raw_driver", "libcuda", "torch_cuda", "cupy_cuda", "cupy_tiny", "require_driver"]
+__all__ = [
+    "numba_tiny", "numba_tiny_nonblocking", "warm_up", "raw_driver", "libcuda",
+    "torch_cuda", "cupy_cuda", "cupy_tiny", "require_driver",
+]
 
 
 def numba_tiny(ctx: Context) -> NumbaTiny:
-    """The tiny kernel and its data on a numba stream, shared by the suites."""
+    """The tiny kernel and its data on ``cuda.stream()``, shared by the suites."""
     return ctx.shared("numba", lambda: NumbaTiny(ctx.config))
+
+
+def numba_tiny_nonblocking(ctx: Context) -> NumbaTiny:
+    """The tiny kernel on a non-blocking stream: ``cuda.stream()`` creates
+    streams that synchronise with the legacy default stream
+    (CU_STREAM_DEFAULT); PyTorch, CuPy (``non_blocking=True``) and the C++
+    floor use streams that do not."""
+
+    def make():
+        cu = raw_driver(ctx).cu
+        err, handle = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+        if err:
+            raise RuntimeError(f"cuStreamCreate: {err}")
+        ctx.on_close(lambda: cu.cuStreamDestroy(handle))
+        return NumbaTiny(ctx.config, cuda.external_stream(int(handle)))
+
+    return ctx.shared("numba_nonblocking", make)
+
+
+def warm_up(ctx: Context) -> None:
+    """Launch the tiny kernel for ``config.warm_seconds``, so that the first
+    suite does not meet idle clocks."""
+    seconds = ctx.config.warm_seconds
+    if seconds <= 0:
+        return
+    t = numba_tiny(ctx)
+    ctx.progress(f"warming up for {seconds:g} s")
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(100):
+            t.launch(t.n_array)
+        t.sync()
 
 
 def require_driver(peer: str) -> None:
