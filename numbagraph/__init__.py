@@ -26,6 +26,10 @@ from .errors import (
 )
 from .graph import CapturedGraph
 from .scalar import SCALAR_DTYPES, DeviceScalar
+from . import ops  # noqa: E402
+from .alloc import empty, empty_like, zeros, zeros_like  # noqa: E402
+from .errors import OpError  # noqa: E402
+from .ops import *  # noqa: E402,F401,F403  every op, as listed in ops.__all__
 from . import safety as _safety  # noqa: F401,E402  guards numba's entry points
 from .errors import (  # noqa: E402
     AllocationInCaptureError,
@@ -71,6 +75,8 @@ __all__ = [
     "switch",
     "ConditionalError",
 ]
+
+__all__ += ["ops", "OpError", "empty", "zeros", "empty_like", "zeros_like", *ops.__all__]
 
 
 def backend() -> str:

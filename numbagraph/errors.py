@@ -23,6 +23,7 @@ __all__ = [
     "ForeignStreamInCaptureError",
     "GraphClosedError",
     "ScalarValueError",
+    "OpError",
     "ConditionalError",
 ]
 
@@ -90,6 +91,16 @@ class ScalarValueError(NumbagraphError, ValueError):
     """A value does not fit a :class:`DeviceScalar`'s dtype.
 
     The device value is left unchanged.
+    """
+
+
+class OpError(NumbagraphError, ValueError, TypeError):
+    """A :mod:`numbagraph.ops` call was given operands it cannot take: a
+    shape, dtype or layout that does not fit, a host array, a bad stream.
+
+    Raised in Python before anything is launched or recorded, so a wrong call
+    inside a capture leaves the capture as it was. It is both a ``ValueError``
+    and a ``TypeError``, so either handler catches it.
     """
 
 

@@ -299,3 +299,8 @@ from .driver_conditional import (  # noqa: E402  (needs the names above)
     conditional_version,
     set_condition,
 )
+
+
+# ---------------------------------------------------------------- ops
+
+from .driver_ops import as_device_array, launch_limits, memset_zero  # noqa: E402

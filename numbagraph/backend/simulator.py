@@ -325,3 +325,8 @@ from .simulator_conditional import (  # noqa: E402  (needs the names above)
     conditional_version,
     set_condition,
 )
+
+
+# ---------------------------------------------------------------- ops
+
+from .simulator_ops import as_device_array, launch_limits, memset_zero  # noqa: E402

@@ -1,0 +1,92 @@
+"""Allocation helpers for outputs, made before a capture begins.
+
+A graph cannot allocate: every array its ops write must exist before the
+capture starts. These helpers make C-contiguous numba device arrays and
+refuse to run while the stream they would use captures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from .backend import active as _backend
+from .capture import active_sessions, is_capturing
+from .errors import OpError
+
+__all__ = ["empty", "zeros", "empty_like", "zeros_like"]
+
+Shape = int | tuple[int, ...]
+
+
+def _refuse_in_capture(stream: Any, what: str) -> None:
+    # Refused here, before numba allocates, so the capture in progress lives on.
+    if active_sessions() or is_capturing(stream):
+        raise OpError(
+            f"{what} allocates device memory, which cannot happen while a capture "
+            "is in progress; allocate before the capture begins and write into "
+            "the array inside it"
+        )
+
+
+def _shape(shape: Shape) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise OpError(f"shape {shape!r} must be non-negative integers")
+    return tuple(int(d) for d in shape)
+
+
+def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
+    """A new C-contiguous device array, uninitialised.
+
+    Example::
+
+        out = ng.empty((4, 1024), np.float32)
+    """
+    _refuse_in_capture(stream, "ng.empty")
+    return cuda.device_array(_shape(shape), np.dtype(dtype), stream=stream)
+
+
+def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
+    """A new C-contiguous device array of zeros, filled on ``stream``.
+
+    Example::
+
+        cache = ng.zeros((max_len, dim), np.float32, stream=s)
+    """
+    _refuse_in_capture(stream, "ng.zeros")
+    array = cuda.device_array(_shape(shape), np.dtype(dtype), stream=stream)
+    _backend.memset_zero(array, _backend.stream_handle(stream))
+    return array
+
+
+def _like(a: Any) -> tuple[tuple[int, ...], np.dtype]:
+    shape = getattr(a, "shape", None)
+    dtype = getattr(a, "dtype", None)
+    if shape is None or dtype is None:
+        raise OpError(f"{type(a).__name__} has no shape and dtype to copy")
+    return tuple(shape), np.dtype(dtype)
+
+
+def empty_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
+    """An uninitialised device array with ``a``'s shape and dtype (or ``dtype``).
+
+    Example::
+
+        out = ng.empty_like(x)
+    """
+    shape, own = _like(a)
+    return empty(shape, own if dtype is None else dtype, stream=stream)
+
+
+def zeros_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
+    """A device array of zeros with ``a``'s shape and dtype (or ``dtype``).
+
+    Example::
+
+        grad = ng.zeros_like(w, stream=s)
+    """
+    shape, own = _like(a)
+    return zeros(shape, own if dtype is None else dtype, stream=stream)

@@ -1,0 +1,49 @@
+"""What numbagraph.ops needs from the CUDA driver: device views of foreign
+arrays, the device's size for launch grids, and zero fills."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuda.bindings import driver as cu
+from numba import cuda
+from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
+
+THREADS_PER_BLOCK = 256
+
+
+def as_device_array(obj: Any) -> Any:
+    """``obj`` as a numba device array, or None if it is not device memory.
+
+    Foreign arrays (CuPy, PyTorch, anything with ``__cuda_array_interface__``)
+    become views without synchronising the stream they name: inside a capture
+    that synchronisation would end it.
+    """
+    if is_cuda_ndarray(obj):
+        return obj
+    if getattr(obj, "__cuda_array_interface__", None) is not None:
+        return cuda.as_cuda_array(obj, sync=False)
+    return None
+
+
+_multiprocessors: dict[int, int] = {}
+
+
+def launch_limits() -> tuple[int, int]:
+    """(multiprocessors of the current device, threads per block) to size
+    ops' grids from."""
+    device = cuda.get_current_device()
+    count = _multiprocessors.get(device.id)
+    if count is None:
+        count = _multiprocessors[device.id] = int(device.MULTIPROCESSOR_COUNT)
+    return count, THREADS_PER_BLOCK
+
+
+def memset_zero(dev: Any, handle: int) -> None:
+    """Enqueue "set every byte of ``dev`` to zero" on the stream."""
+    nbytes = dev.size * dev.dtype.itemsize
+    if nbytes == 0:
+        return
+    err, = cu.cuMemsetD8Async(dev.device_ctypes_pointer.value, 0, nbytes, handle)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemsetD8Async failed: {err!r}")

@@ -1,0 +1,50 @@
+"""What numbagraph.ops needs from the simulator: the same functions as
+``driver_ops``, on simulated (host) memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+# Every simulated thread is a Python thread: small blocks keep launches quick.
+THREADS_PER_BLOCK = 32
+
+
+class _HostView:
+    """Exposes a foreign array's interface to NumPy and keeps its owner alive
+    for as long as the NumPy view lives."""
+
+    def __init__(self, interface: dict, owner: Any):
+        self.owner = owner
+        self.__array_interface__ = {
+            "shape": tuple(interface["shape"]),
+            "typestr": interface["typestr"],
+            "data": tuple(interface["data"]),
+            "strides": interface.get("strides"),
+            "version": 3,
+        }
+
+
+def as_device_array(obj: Any) -> Any:
+    """``obj`` as a simulated device array, or None if it is not one.
+
+    Under the simulator, ``__cuda_array_interface__`` pointers are host
+    pointers, so objects exposing it become views of that memory."""
+    if getattr(obj, "__cuda_ndarray__", False):
+        return obj
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        return None
+    return FakeCUDAArray(np.asarray(_HostView(interface, obj)))
+
+
+def launch_limits() -> tuple[int, int]:
+    """(multiprocessors, threads per block): one small simulated device."""
+    return 1, THREADS_PER_BLOCK
+
+
+def memset_zero(dev: Any, handle: int) -> None:
+    """Simulated work runs at once: zero the array now."""
+    dev._ary.fill(0)

@@ -1,0 +1,111 @@
+"""Kernel cache, launch grids and launch streams shared by every op.
+
+Each op kernel is built by a factory for one combination of dtypes and
+compiled once, with an explicit signature, the first time that combination is
+used; later calls, inside a capture or not, find it in the cache. Grids are
+sized from the device: a few blocks per multiprocessor, with grid-stride
+loops covering the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+from numba import cuda, types
+from numba.np.numpy_support import from_dtype
+
+from ..backend import active as _backend
+from ..errors import OpError
+
+__all__ = [
+    "BLOCKS_PER_SM",
+    "limits",
+    "blocks_for",
+    "launch_stream",
+    "compiled",
+    "array_type",
+    "scalar_type",
+    "compute_type",
+    "INDEX",
+]
+
+# Enough resident blocks per multiprocessor to hide memory latency with
+# 256-thread blocks, few enough that grid-stride loops amortise the setup.
+BLOCKS_PER_SM = 8
+
+INDEX = types.int64
+
+
+def limits() -> tuple[int, int]:
+    """(multiprocessors, threads per block) of the current device."""
+    return _backend.launch_limits()
+
+
+def blocks_for(n: int) -> int:
+    """Blocks for ``n`` independent items: one per ``threads`` items, at most
+    BLOCKS_PER_SM per multiprocessor."""
+    sms, threads = _backend.launch_limits()
+    return max(1, min(-(-n // threads), sms * BLOCKS_PER_SM))
+
+
+_streams: dict[int, Any] = {}
+
+
+def launch_stream(stream: Any) -> Any:
+    """The numba stream to launch on for a numba, foreign or raw stream.
+
+    Launching through a non-owning view of the raw handle treats every kind
+    of stream alike, and capture recognises the launch by that handle.
+    """
+    if stream is None:
+        raise OpError(
+            "stream= is required: pass the stream to launch on (cuda.stream(), "
+            "or any object with __cuda_stream__)"
+        )
+    try:
+        handle = _backend.stream_handle(stream)
+    except TypeError as exc:
+        raise OpError(str(exc)) from exc
+    view = _streams.get(handle)
+    if view is None:
+        if len(_streams) > 1024:
+            _streams.clear()
+        view = _streams[handle] = cuda.external_stream(handle)
+    return view
+
+
+_kernels: dict[tuple, Any] = {}
+_kernels_lock = threading.Lock()
+
+
+def compiled(key: tuple, build: Callable[[], tuple[Callable, tuple]]) -> Any:
+    """The kernel for ``key``; ``build()`` returns ``(pyfunc, signature)``
+    and runs, with the compile, only the first time ``key`` is asked for."""
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _kernels_lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                pyfunc, signature = build()
+                kernel = _kernels[key] = cuda.jit(types.void(*signature))(pyfunc)
+    return kernel
+
+
+def array_type(dtype: np.dtype) -> types.Array:
+    """The numba type of a C-contiguous 1-D array of ``dtype``."""
+    return from_dtype(np.dtype(dtype))[::1]
+
+
+def scalar_type(dtype: np.dtype) -> types.Type:
+    return from_dtype(np.dtype(dtype))
+
+
+def compute_type(dtype: np.dtype) -> types.Type:
+    """The type arithmetic on ``dtype`` is carried out in: float16 values are
+    computed in float32 and rounded once when stored."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return types.float32
+    return from_dtype(dtype)

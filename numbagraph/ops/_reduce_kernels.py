@@ -1,0 +1,355 @@
+"""Deterministic reduction kernels.
+
+Floating-point addition is not associative, so where a sum's terms meet
+decides its last bits. Here that order depends only on the input's length,
+never on timing or on how many blocks run:
+
+* A whole array is cut into ``parts`` chunks (a count fixed by its length).
+  One block of ``T`` threads reduces a chunk: thread ``t`` folds elements
+  ``t, t+T, ...`` into four accumulators in turn, and the block combines its
+  threads' values in a fixed tree in shared memory.
+* The chunk results are folded in the same way by one block: thread ``t``
+  takes chunks ``t, t+T, ...`` in order, then the tree.
+
+Large inputs run the chunks on many blocks (``parts``), keeping chunk
+results in a scratch array, then fold them (``finish``). ``single`` does the
+same arithmetic in one block, keeping chunk results in shared memory; it
+needs no scratch and gives the same bits. Rows of a 2-D array are reduced by
+one block each (``rows``). No floating-point atomics are used anywhere.
+
+Maximum, minimum and their arguments carry (value, index) pairs and pick the
+larger value, NaN above all, and the smaller index on ties: a total order,
+so the result is the same whatever the order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from numba import cuda, types
+from numba.np.numpy_support import from_dtype
+
+__all__ = [
+    "additive_accumulator",
+    "extreme_accumulator",
+    "additive_kernels",
+    "extreme_kernels",
+    "FIN_NONE",
+    "FIN_MEAN",
+    "FIN_SQRT",
+]
+
+FIN_NONE, FIN_MEAN, FIN_SQRT = 0, 1, 2
+
+_INDEX_SENTINEL = np.iinfo(np.int64).max
+
+
+def additive_accumulator(dtype: np.dtype) -> np.dtype:
+    """Sums of float16 run in float32, of int32 in int64."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    if dtype.kind in "iu":
+        return np.dtype(np.int64)
+    return dtype
+
+
+def extreme_accumulator(dtype: np.dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _tree_sum(threads: int) -> Callable:
+    @cuda.jit(device=True)
+    def tree(sh, value, tid):
+        """Every thread's ``value`` summed in a fixed tree; all threads get it."""
+        sh[tid] = value
+        cuda.syncthreads()
+        step = threads // 2
+        while step > 0:
+            if tid < step:
+                sh[tid] = sh[tid] + sh[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        total = sh[0]
+        cuda.syncthreads()
+        return total
+    return tree
+
+
+def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
+    """The four sum kernels for inputs of ``dtype``. Their ``fin`` argument
+    says what the total becomes: itself, divided by the count (mean), or its
+    square root (norm2); integer totals are always themselves."""
+    acc_np = additive_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    zero = acc_np.type(0)
+    tree = _tree_sum(threads)
+    t4 = 4 * threads
+    int64 = types.int64
+
+    if acc_np.kind == "f":
+        @cuda.jit(device=True)
+        def finalize(total, count, fin):
+            if fin == FIN_MEAN:
+                return total / acc(count)
+            if fin == FIN_SQRT:
+                return math.sqrt(total)
+            return total
+    else:
+        @cuda.jit(device=True)
+        def finalize(total, count, fin):
+            return total
+
+    @cuda.jit(device=True)
+    def thread_sum(x, y, has_y, xo, yo, length, tid):
+        """This thread's share of x[xo:xo+length] (times y[yo:...] if has_y)."""
+        a0 = zero
+        a1 = zero
+        a2 = zero
+        a3 = zero
+        j = int64(tid)
+        if has_y:
+            while j + 3 * threads < length:
+                a0 += acc(x[xo + j]) * acc(y[yo + j])
+                a1 += acc(x[xo + j + threads]) * acc(y[yo + j + threads])
+                a2 += acc(x[xo + j + 2 * threads]) * acc(y[yo + j + 2 * threads])
+                a3 += acc(x[xo + j + 3 * threads]) * acc(y[yo + j + 3 * threads])
+                j += t4
+            while j < length:
+                a0 += acc(x[xo + j]) * acc(y[yo + j])
+                j += threads
+        else:
+            while j + 3 * threads < length:
+                a0 += acc(x[xo + j])
+                a1 += acc(x[xo + j + threads])
+                a2 += acc(x[xo + j + 2 * threads])
+                a3 += acc(x[xo + j + 3 * threads])
+                j += t4
+            while j < length:
+                a0 += acc(x[xo + j])
+                j += threads
+        return (a0 + a1) + (a2 + a3)
+
+    @cuda.jit(device=True)
+    def fold(parts, nparts, tid):
+        total = zero
+        p = tid
+        while p < nparts:
+            total += parts[p]
+            p += threads
+        return total
+
+    def parts_kernel(x, y, has_y, n, chunk, nparts, parts):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        p = int64(cuda.blockIdx.x)
+        while p < nparts:
+            lo = p * chunk
+            total = tree(sh, thread_sum(x, y, has_y, lo, lo, min(chunk, n - lo), tid), tid)
+            if tid == 0:
+                parts[p] = total
+            p += cuda.gridDim.x
+
+    def finish_kernel(parts, nparts, out, count, fin):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        total = tree(sh, fold(parts, nparts, tid), tid)
+        if tid == 0:
+            out[0] = finalize(total, count, fin)
+
+    def single_kernel(x, y, has_y, n, chunk, nparts, out, fin):
+        sh = cuda.shared.array(threads, acc)
+        held = cuda.shared.array(max_parts, acc)
+        tid = cuda.threadIdx.x
+        for p in range(nparts):
+            lo = p * chunk
+            total = tree(sh, thread_sum(x, y, has_y, lo, lo, min(chunk, n - lo), tid), tid)
+            if tid == 0:
+                held[p] = total
+        cuda.syncthreads()
+        total = tree(sh, fold(held, nparts, tid), tid)
+        if tid == 0:
+            out[0] = finalize(total, n, fin)
+
+    def rows_kernel(x, y, has_y, y_row_stride, rows, cols, out, fin):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        r = int64(cuda.blockIdx.x)
+        while r < rows:
+            total = tree(sh, thread_sum(x, y, has_y, r * cols, r * y_row_stride, cols, tid), tid)
+            if tid == 0:
+                out[r] = finalize(total, cols, fin)
+            r += cuda.gridDim.x
+
+    return {
+        "parts": parts_kernel,
+        "finish": finish_kernel,
+        "single": single_kernel,
+        "rows": rows_kernel,
+    }
+
+
+def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: bool) -> dict:
+    """The four max/min kernels; their ``largest`` argument picks max or min,
+    and with ``write_index`` they store where the extreme is (argmax, argmin)
+    rather than its value. The starting value never wins a comparison, ties
+    with it included (its index is larger than any real one)."""
+    acc_np = extreme_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    if acc_np.kind == "f":
+        low, high = acc_np.type(-np.inf), acc_np.type(np.inf)
+    else:
+        info = np.iinfo(acc_np)
+        low, high = acc_np.type(info.min), acc_np.type(info.max)
+    sentinel = np.int64(_INDEX_SENTINEL)
+    int64 = types.int64
+
+    @cuda.jit(device=True)
+    def better(v1, i1, v2, i2, largest):
+        """Whether (v2, i2) beats (v1, i1)."""
+        nan1 = v1 != v1
+        nan2 = v2 != v2
+        if nan1 or nan2:
+            if nan1 and nan2:
+                return i2 < i1
+            return nan2
+        if v1 == v2:
+            return i2 < i1
+        if largest:
+            return v2 > v1
+        return v2 < v1
+
+    @cuda.jit(device=True)
+    def thread_best(x, xo, length, tid, largest):
+        """This thread's best (value, index) of x[xo:xo+length], index from 0."""
+        worst = low if largest else high
+        bv0 = worst
+        bi0 = sentinel
+        bv1 = worst
+        bi1 = sentinel
+        j = int64(tid)
+        while j + threads < length:
+            v0 = acc(x[xo + j])
+            v1 = acc(x[xo + j + threads])
+            if better(bv0, bi0, v0, j, largest):
+                bv0 = v0
+                bi0 = j
+            if better(bv1, bi1, v1, j + threads, largest):
+                bv1 = v1
+                bi1 = j + threads
+            j += 2 * threads
+        while j < length:
+            v0 = acc(x[xo + j])
+            if better(bv0, bi0, v0, j, largest):
+                bv0 = v0
+                bi0 = j
+            j += threads
+        if better(bv0, bi0, bv1, bi1, largest):
+            return bv1, bi1
+        return bv0, bi0
+
+    @cuda.jit(device=True)
+    def tree(shv, shi, value, index, tid, largest):
+        shv[tid] = value
+        shi[tid] = index
+        cuda.syncthreads()
+        step = threads // 2
+        while step > 0:
+            if tid < step:
+                if better(shv[tid], shi[tid], shv[tid + step], shi[tid + step], largest):
+                    shv[tid] = shv[tid + step]
+                    shi[tid] = shi[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        value = shv[0]
+        index = shi[0]
+        cuda.syncthreads()
+        return value, index
+
+    @cuda.jit(device=True)
+    def fold(parts_v, parts_i, nparts, tid, largest):
+        bv = low if largest else high
+        bi = sentinel
+        p = tid
+        while p < nparts:
+            if better(bv, bi, parts_v[p], parts_i[p], largest):
+                bv = parts_v[p]
+                bi = parts_i[p]
+            p += threads
+        return bv, bi
+
+    @cuda.jit(device=True)
+    def store(out, k, value, index):
+        if write_index:
+            out[k] = index
+        else:
+            out[k] = value
+
+    def chunk_best(x, n, chunk, p, tid, shv, shi, largest):
+        lo = p * chunk
+        v, i = thread_best(x, lo, min(chunk, n - lo), tid, largest)
+        if i != sentinel:
+            i += lo
+        return tree(shv, shi, v, i, tid, largest)
+
+    chunk_best = cuda.jit(device=True)(chunk_best)
+
+    def parts_kernel(x, n, chunk, nparts, parts_v, parts_i, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        tid = cuda.threadIdx.x
+        p = int64(cuda.blockIdx.x)
+        while p < nparts:
+            v, i = chunk_best(x, n, chunk, p, tid, shv, shi, largest)
+            if tid == 0:
+                parts_v[p] = v
+                parts_i[p] = i
+            p += cuda.gridDim.x
+
+    def finish_kernel(parts_v, parts_i, nparts, out, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        tid = cuda.threadIdx.x
+        v, i = fold(parts_v, parts_i, nparts, tid, largest)
+        v, i = tree(shv, shi, v, i, tid, largest)
+        if tid == 0:
+            store(out, 0, v, i)
+
+    def single_kernel(x, n, chunk, nparts, out, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        held_v = cuda.shared.array(max_parts, acc)
+        held_i = cuda.shared.array(max_parts, int64)
+        tid = cuda.threadIdx.x
+        for p in range(nparts):
+            v, i = chunk_best(x, n, chunk, p, tid, shv, shi, largest)
+            if tid == 0:
+                held_v[p] = v
+                held_i[p] = i
+        cuda.syncthreads()
+        v, i = fold(held_v, held_i, nparts, tid, largest)
+        v, i = tree(shv, shi, v, i, tid, largest)
+        if tid == 0:
+            store(out, 0, v, i)
+
+    def rows_kernel(x, rows, cols, out, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        tid = cuda.threadIdx.x
+        r = int64(cuda.blockIdx.x)
+        while r < rows:
+            v, i = thread_best(x, r * cols, cols, tid, largest)
+            v, i = tree(shv, shi, v, i, tid, largest)
+            if tid == 0:
+                store(out, r, v, i)
+            r += cuda.gridDim.x
+
+    return {
+        "parts": parts_kernel,
+        "finish": finish_kernel,
+        "single": single_kernel,
+        "rows": rows_kernel,
+    }

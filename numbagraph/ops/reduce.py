@@ -1,0 +1,300 @@
+"""Reductions: whole arrays into one value, or 2-D arrays row by row.
+
+With ``axis=None`` (the default) the whole input reduces into ``out``, a
+DeviceScalar or a one-element device array; with ``axis=-1`` (or 1) each row
+of a 2-D input reduces into one element of a 1-D ``out`` of length rows.
+
+Results are deterministic: the same input gives the same bits on every call
+and every replay, eager or captured, whatever else the device is doing.
+Large inputs are reduced by many blocks into a small scratch array that
+belongs to the stream; it is allocated the first time a reduction runs on
+that stream outside a capture. A reduction first run inside a capture uses
+one block instead: slower, same bits. Run a step once before capturing it
+and this never happens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda, types
+
+from ..backend import active as _backend
+from ..capture import active_sessions, is_capturing
+from ..errors import OpError
+from . import _launch, _reduce_kernels as _rk
+from ._operands import ARITHMETIC, FLOATS, check_disjoint, check_dtype, device_array, flat
+
+__all__ = [
+    "sum_into", "mean_into", "max_into", "min_into", "argmax_into", "argmin_into",
+    "dot_into", "norm2_into",
+]
+
+INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int32, np.int64, np.uint32, np.uint64))
+
+
+def _plan(n: int) -> tuple[int, int]:
+    """(parts, chunk) for ``n`` elements: a function of ``n`` alone, so the
+    summation order is too."""
+    sms, threads = _launch.limits()
+    max_parts = sms * _launch.BLOCKS_PER_SM
+    if n == 0:
+        return 1, 0
+    parts = min(max_parts, max(1, -(-n // (2 * threads))))
+    chunk = -(-n // parts)
+    chunk = -(-chunk // threads) * threads  # whole warps per chunk start
+    return parts, chunk
+
+
+# Scratch for chunk results: per (stream, device), per accumulator dtype.
+_scratch: dict[tuple[int, int], dict[tuple, Any]] = {}
+
+
+def _scratch_for(stream: Any, dtype: np.dtype, with_index: bool) -> tuple | None:
+    """The stream's chunk-result arrays, or None when they do not exist and
+    cannot be allocated now (a capture is in progress)."""
+    handle = _backend.stream_handle(stream)
+    per_stream = _scratch.setdefault((handle, id(cuda.get_current_device())), {})
+    key = (dtype.str, with_index)
+    arrays = per_stream.get(key)
+    if arrays is None:
+        if active_sessions() or is_capturing(stream):
+            return None
+        sms, _ = _launch.limits()
+        size = sms * _launch.BLOCKS_PER_SM
+        values = cuda.device_array(size, dtype)
+        indices = cuda.device_array(size, np.int64) if with_index else None
+        arrays = per_stream[key] = (values, indices)
+    return arrays
+
+
+def _kernel(name: str, family: tuple, build, signature: tuple) -> Any:
+    return _launch.compiled(("reduce", family, name), lambda: (build()[name], signature))
+
+
+def _axis_rows(x: Any, axis: Any, op: str) -> bool:
+    """True for a row-by-row reduction."""
+    if axis is None:
+        return False
+    if x.ndim == 2 and axis in (-1, 1):
+        return True
+    raise OpError(
+        f"{op} takes axis=None (the whole array) or axis=-1 (each row of a 2-D "
+        f"array); got axis={axis!r} for an array of shape {tuple(x.shape)}"
+    )
+
+
+def _whole_out(out: Any, dtypes: tuple, op: str) -> Any:
+    dev = device_array(out, "out")
+    if dev.size != 1:
+        raise OpError(
+            f"out of {op} must be a DeviceScalar or a one-element array for a "
+            f"whole-array reduction, not shape {tuple(dev.shape)}; pass axis=-1 "
+            "to reduce each row"
+        )
+    check_dtype(np.dtype(dev.dtype), dtypes, "out", op)
+    return flat(dev)
+
+
+def _rows_out(out: Any, rows: int, dtypes: tuple, op: str) -> Any:
+    dev = device_array(out, "out")
+    if dev.size != rows or dev.ndim != 1:
+        raise OpError(
+            f"out of {op} with axis=-1 must be 1-D with one element per row "
+            f"({rows}), not shape {tuple(dev.shape)}"
+        )
+    check_dtype(np.dtype(dev.dtype), dtypes, "out", op)
+    return dev
+
+
+def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any,
+             allowed: tuple, *, names: tuple[str, str] = ("a", "b"),
+             vector_y: bool = False) -> None:
+    """sum, mean, dot, norm2 and matrix-vector products: ``finalize(sum x*y)``.
+
+    With ``vector_y`` (matvec), ``y`` is one row used for every row of ``x``.
+    """
+    launch_on = _launch.launch_stream(stream)
+    x_dev = device_array(x, "x" if y is None or y is x else names[0])
+    dtype = np.dtype(x_dev.dtype)
+    check_dtype(dtype, allowed, "inputs", op)
+    rows_mode = _axis_rows(x_dev, axis, op)
+    y_dev = x_dev
+    y_row_stride = 0
+    if y is not None and y is not x:
+        a_name, b_name = names
+        y_dev = device_array(y, b_name)
+        if np.dtype(y_dev.dtype) != dtype:
+            raise OpError(
+                f"{b_name} of {op} has dtype {y_dev.dtype}, expected {dtype} like {a_name}")
+        shape, y_shape = tuple(x_dev.shape), tuple(y_dev.shape)
+        want = (shape[1],) if vector_y else shape
+        if y_shape != want:
+            raise OpError(
+                f"{b_name} of {op} has shape {y_shape}, expected {want} for {a_name} "
+                f"of shape {shape}")
+        y_row_stride = 0 if vector_y or not rows_mode else shape[1]
+    has_y = y is not None
+    acc = _rk.additive_accumulator(dtype)
+    sms, threads = _launch.limits()
+    max_parts = sms * _launch.BLOCKS_PER_SM
+    family = ("add", dtype.str, threads, max_parts)
+
+    def build():
+        return _rk.additive_kernels(dtype, threads, max_parts)
+
+    arr, acc_arr = _launch.array_type(dtype), _launch.array_type(acc)
+    i64 = _launch.INDEX
+    xf, yf = flat(x_dev), flat(y_dev)
+    if rows_mode:
+        rows, cols = x_dev.shape
+        out_dev = _rows_out(out, rows, (dtype,), op)
+        check_disjoint(out_dev, [("the input", x_dev), ("the second input", y_dev)], op)
+        if rows == 0:
+            return
+        kernel = _kernel("rows", family + (out_dev.dtype.str,), build,
+                         (arr, arr, types.boolean, i64, i64, i64, _launch.array_type(out_dev.dtype),
+                          i64))
+        kernel[min(rows, max_parts), threads, launch_on](
+            xf, yf, has_y, y_row_stride, rows, cols, out_dev, fin)
+        return
+    out_dev = _whole_out(out, (dtype,), op)
+    out_t = _launch.array_type(out_dev.dtype)
+    n = x_dev.size
+    parts, chunk = _plan(n)
+    scratch = _scratch_for(stream, acc, False) if parts > 1 else None
+    if scratch is None:
+        kernel = _kernel("single", family, build,
+                         (arr, arr, types.boolean, i64, i64, i64, out_t, i64))
+        kernel[1, threads, launch_on](xf, yf, has_y, n, chunk, parts, out_dev, fin)
+        return
+    values, _ = scratch
+    first = _kernel("parts", family, build, (arr, arr, types.boolean, i64, i64, i64, acc_arr))
+    second = _kernel("finish", family, build, (acc_arr, i64, out_t, i64, i64))
+    first[min(parts, max_parts), threads, launch_on](xf, yf, has_y, n, chunk, parts, values)
+    second[1, threads, launch_on](values, parts, out_dev, n, fin)
+
+
+def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: Any,
+             stream: Any) -> None:
+    launch_on = _launch.launch_stream(stream)
+    x_dev = device_array(x, "x")
+    dtype = np.dtype(x_dev.dtype)
+    check_dtype(dtype, ARITHMETIC, "x", op)
+    rows_mode = _axis_rows(x_dev, axis, op)
+    out_dtypes = INDEX_DTYPES if write_index else (dtype,)
+    acc = _rk.extreme_accumulator(dtype)
+    sms, threads = _launch.limits()
+    max_parts = sms * _launch.BLOCKS_PER_SM
+    xf = flat(x_dev)
+    arr, acc_arr, i64 = _launch.array_type(dtype), _launch.array_type(acc), _launch.INDEX
+    idx_arr = _launch.array_type(np.int64)
+
+    def family(out_dev):
+        return ("extreme", dtype.str, write_index, threads, max_parts, out_dev.dtype.str)
+
+    def build():
+        return _rk.extreme_kernels(dtype, threads, max_parts, write_index)
+
+    if rows_mode:
+        rows, cols = x_dev.shape
+        out_dev = _rows_out(out, rows, out_dtypes, op)
+        check_disjoint(out_dev, [("x", x_dev)], op)
+        if rows == 0:
+            return
+        if cols == 0:
+            raise OpError(f"{op} of rows with no elements has no value")
+        kernel = _kernel("rows", family(out_dev), build,
+                         (arr, i64, i64, _launch.array_type(out_dev.dtype), types.boolean))
+        kernel[min(rows, max_parts), threads, launch_on](xf, rows, cols, out_dev, largest)
+        return
+    out_dev = _whole_out(out, out_dtypes, op)
+    n = x_dev.size
+    if n == 0:
+        raise OpError(f"{op} of an empty array has no value")
+    out_t = _launch.array_type(out_dev.dtype)
+    parts, chunk = _plan(n)
+    scratch = _scratch_for(stream, acc, True) if parts > 1 else None
+    if scratch is None:
+        kernel = _kernel("single", family(out_dev), build,
+                         (arr, i64, i64, i64, out_t, types.boolean))
+        kernel[1, threads, launch_on](xf, n, chunk, parts, out_dev, largest)
+        return
+    values, indices = scratch
+    first = _kernel("parts", family(out_dev), build,
+                    (arr, i64, i64, i64, acc_arr, idx_arr, types.boolean))
+    second = _kernel("finish", family(out_dev), build,
+                     (acc_arr, idx_arr, i64, out_t, types.boolean))
+    first[min(parts, max_parts), threads, launch_on](
+        xf, n, chunk, parts, values, indices, largest)
+    second[1, threads, launch_on](values, indices, parts, out_dev, largest)
+
+
+def sum_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = sum(x)`` (float16 sums in float32, int32 in int64; ``out`` has
+    ``x``'s dtype).
+
+    Example::
+
+        total = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
+        ng.sum_into(x, total, stream=s)
+        ng.sum_into(m, row_sums, axis=-1, stream=s)    # m: (R, C), row_sums: (R,)
+    """
+    sum_like("sum_into", _rk.FIN_NONE, x, None, out, axis, stream, ARITHMETIC)
+
+
+def mean_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = mean(x)`` (float dtypes). Example: ``ng.mean_into(x, m, stream=s)``."""
+    sum_like("mean_into", _rk.FIN_MEAN, x, None, out, axis, stream, FLOATS)
+
+
+def norm2_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = sqrt(sum(x * x))`` (float dtypes).
+    Example: ``ng.norm2_into(g, gnorm, stream=s)``."""
+    sum_like("norm2_into", _rk.FIN_SQRT, x, x, out, axis, stream, FLOATS)
+
+
+def dot_into(a: Any, b: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = sum(a * b)``; ``a`` and ``b`` of one shape and dtype. With
+    ``axis=-1``, the dot product of each row pair.
+
+    Example::
+
+        ng.dot_into(u, v, uv, stream=s)
+    """
+    if a is b:
+        sum_like("dot_into", _rk.FIN_NONE, a, a, out, axis, stream, ARITHMETIC)
+        return
+    sum_like("dot_into", _rk.FIN_NONE, a, b, out, axis, stream, ARITHMETIC)
+
+
+def max_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = max(x)``, NaN if any element is NaN.
+    Example: ``ng.max_into(x, top, stream=s)``."""
+    _extreme("max_into", True, False, x, out, axis, stream)
+
+
+def min_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = min(x)``, NaN if any element is NaN.
+    Example: ``ng.min_into(x, bottom, stream=s)``."""
+    _extreme("min_into", False, False, x, out, axis, stream)
+
+
+def argmax_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = argmax(x)``: the index of the first largest element (of the
+    first NaN, if any), into an int32, int64, uint32 or uint64 ``out``; of a
+    flattened ``x`` with ``axis=None``, of each row with ``axis=-1``.
+
+    Example::
+
+        token = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+        ng.argmax_into(logits, token, stream=s)        # greedy decoding
+    """
+    _extreme("argmax_into", True, True, x, out, axis, stream)
+
+
+def argmin_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
+    """``out = argmin(x)``: the index of the first smallest element (of the
+    first NaN, if any). Example: ``ng.argmin_into(dist, nearest, stream=s)``."""
+    _extreme("argmin_into", False, True, x, out, axis, stream)
