@@ -27,7 +27,7 @@ import threading
 from typing import Any
 
 from .backend import active as _backend
-from .capture import _sessions, recording_for, register_device_wrapper
+from .capture import active_sessions, recording_for, register_device_wrapper
 from .errors import ConditionalError
 
 __all__ = [
@@ -155,7 +155,7 @@ def _session_for(stream: Any, what: str) -> Any:
         return session
     here = threading.get_ident()
     sessions = [
-        s for s in list(_sessions.values()) if getattr(s, "thread", here) == here
+        s for s in active_sessions() if getattr(s, "thread", here) == here
     ]
     if len(sessions) == 1:
         return sessions[0]
@@ -222,7 +222,7 @@ class Condition:
         _require_cuda(IF_WHILE_CUDA, "ng.Condition (a conditional graph node)")
         blocks = _blocks_for(session)
         try:
-            state = _backend.condition_create(session.handle, default)
+            state = _backend.condition_create(session.recording, default)
         except Exception as exc:
             raise ConditionalError(
                 f"could not make a condition in the capture on {session.stream!r}: {exc}"
@@ -315,7 +315,7 @@ class _Conditional:
         session = self.blocks.session
         try:
             self.node = _backend.ConditionalNode(
-                session.handle, self.cond._state, self.kind, self.size, session.mode
+                session.recording, self.cond._state, self.kind, self.size, session.mode
             )
         except Exception as exc:
             raise ConditionalError(

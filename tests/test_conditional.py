@@ -479,15 +479,38 @@ def test_cuda_before_12_8_refuses_if_else_and_switch(stream, monkeypatch, counte
     assert counter.copy_to_host(stream=stream)[0] == 2
 
 
-@pytest.mark.driver_only(reason="the simulator copies to the host at once, outside any graph")
-def test_host_copy_inside_a_body_fails_and_leaves_the_stream_usable(stream, counter):
+@pytest.mark.parametrize("refused", ["copy_to_host", "synchronize"])
+def test_refused_operation_inside_a_body_ends_the_capture_cleanly(stream, counter, refused):
     limit = scalar(2, stream)
-    with pytest.raises(Exception):
+    with pytest.raises(ng.UncapturableOperationError):
         with ng.capture(stream):
             more = ng.Condition(default=1)
             with ng.while_loop(more):
                 count_while_below[1, 1, stream](counter, limit, more)
-                counter.copy_to_host(stream=stream)
+                if refused == "copy_to_host":
+                    counter.copy_to_host(stream=stream)
+                else:
+                    stream.synchronize()
+    assert not ng.is_capturing(stream)
+    assert counter.copy_to_host(stream=stream)[0] == 0  # nothing ran
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_refused_operation_in_a_nested_body_ends_the_capture_cleanly(stream, counter):
+    limit = scalar(2, stream)
+    with pytest.raises(ng.UncapturableOperationError):
+        with ng.capture(stream):
+            taken = ng.Condition(default=1)
+            more = ng.Condition(default=1)
+            with ng.if_then(taken):
+                with ng.while_loop(more):
+                    count_while_below[1, 1, stream](counter, limit, more)
+                    stream.synchronize()
     assert not ng.is_capturing(stream)
     with ng.capture(stream) as cap:
         more = ng.Condition(default=1)

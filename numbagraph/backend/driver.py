@@ -92,6 +92,8 @@ class Recording:
         self.handle = handle
         # Checks that must pass before the capture may end.
         self.finish_checks: list[Callable[[], None]] = []
+        # Conditional bodies being recorded, innermost last.
+        self.open_bodies: list = []
         self._builder = _core_stream(handle).create_graph_builder()
         self._builder.begin_building(mode)
 
@@ -123,6 +125,10 @@ class Recording:
 
     def abort(self) -> None:
         """End the capture without a graph; the stream stops capturing."""
+        # The stream may be capturing into a conditional body: go back to the
+        # capture's own graph first, so that is what ends (and is freed).
+        for body in reversed(list(self.open_bodies)):
+            body.abandon_branch(resume=True)
         try:
             if self._builder.is_building:
                 self._builder.end_building()

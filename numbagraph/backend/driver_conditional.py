@@ -88,8 +88,9 @@ def _add_node(graph: Any, deps: list, params: Any) -> Any:
     return _check("cuGraphAddNode", ret)
 
 
-def condition_create(handle: int, default: int | None) -> Any:
+def condition_create(recording: Any, default: int | None) -> Any:
     """A conditional handle of the graph the stream captures into."""
+    handle = recording.handle
     status, graph, _, _ = _capture_info(handle)
     if status != _CAPTURE_ACTIVE:
         raise RuntimeError("the capture was invalidated by an earlier operation")
@@ -140,8 +141,9 @@ class ConditionalNode:
     ``end_branch()`` goes back to the enclosing graph, after the node.
     """
 
-    def __init__(self, handle: int, condition: Any, kind: str, size: int, mode: str):
-        self._handle, self._mode = handle, mode
+    def __init__(self, recording: Any, condition: Any, kind: str, size: int, mode: str):
+        handle = recording.handle
+        self._recording, self._handle, self._mode = recording, handle, mode
         self._saved: tuple | None = None
         graph, deps = _pause(handle)
         node = None
@@ -172,9 +174,16 @@ class ConditionalNode:
             _resume(self._handle, self._mode, *saved)
             raise
         self._saved = saved
+        self._recording.open_bodies.append(self)
+
+    def _close(self) -> tuple | None:
+        saved, self._saved = self._saved, None
+        if self in self._recording.open_bodies:
+            self._recording.open_bodies.remove(self)
+        return saved
 
     def end_branch(self) -> None:
-        saved, self._saved = self._saved, None
+        saved = self._close()
         try:
             _check("cuStreamEndCapture", cu.cuStreamEndCapture(self._handle))
         finally:
@@ -183,7 +192,7 @@ class ConditionalNode:
     def abandon_branch(self, resume: bool) -> None:
         """Stop recording the body after a failure; resume the enclosing
         capture only if it still exists (``resume``)."""
-        saved, self._saved = self._saved, None
+        saved = self._close()
         if not resume or saved is None:
             return
         if is_capturing(self._handle):

@@ -105,6 +105,8 @@ class Recording:
         # that must pass before the capture may end.
         self.prologue: list[Callable[[], None]] = []
         self.finish_checks: list[Callable[[], None]] = []
+        # Conditional bodies being recorded, innermost last.
+        self.open_bodies: list = []
         with _recordings_lock:
             _recordings[handle] = self
 
@@ -127,6 +129,8 @@ class Recording:
         return executable
 
     def abort(self) -> None:
+        for body in reversed(list(self.open_bodies)):
+            body.abandon_branch(resume=True)
         self._stop()
         self.nodes = []
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .simulator import _recordings
-
 __all__ = [
     "ConditionalNode",
     "condition_argument",
@@ -54,11 +52,11 @@ def set_condition(cond: Any, value: Any) -> None:
     cond.value = int(value) & _UINT32  # the uint32 the device stores
 
 
-def condition_create(handle: int, default: int | None) -> ConditionCell:
+def condition_create(recording: Any, default: int | None) -> ConditionCell:
     cell = ConditionCell(default)
     if default is not None:
         # CUDA assigns the default as each launch of the graph starts.
-        _recordings[handle].prologue.append(cell.reset)
+        recording.prologue.append(cell.reset)
     return cell
 
 
@@ -101,22 +99,27 @@ class ConditionalNode:
     ``end_branch()`` goes back to the enclosing list, after the node.
     """
 
-    def __init__(self, handle: int, condition: ConditionCell, kind: str, size: int, mode: str):
-        self._handle = handle
+    def __init__(self, recording: Any, condition: ConditionCell, kind: str, size: int, mode: str):
+        self._recording = recording
         self._node = _Node(kind, condition, size)
         self._saved: list | None = None
-        _recordings[handle].nodes.append(self._node)
+        recording.nodes.append(self._node)
 
     def begin_branch(self, index: int) -> None:
-        recording = _recordings[self._handle]
+        recording = self._recording
         self._saved, recording.nodes = recording.nodes, self._node.bodies[index]
+        recording.open_bodies.append(self)
+
+    def _close(self) -> list | None:
+        saved, self._saved = self._saved, None
+        if self in self._recording.open_bodies:
+            self._recording.open_bodies.remove(self)
+        return saved
 
     def end_branch(self) -> None:
-        saved, self._saved = self._saved, None
-        _recordings[self._handle].nodes = saved
+        self._recording.nodes = self._close()
 
     def abandon_branch(self, resume: bool) -> None:
-        saved, self._saved = self._saved, None
-        recording = _recordings.get(self._handle)
-        if resume and saved is not None and recording is not None:
-            recording.nodes = saved
+        saved = self._close()
+        if resume and saved is not None:
+            self._recording.nodes = saved
