@@ -216,9 +216,12 @@ class Context:
                 result.rows.append(row)
                 self._report(row)
         finally:
-            for contender in contenders.values():
+            for peer, contender in contenders.items():
                 if contender.close is not None:
-                    contender.close()
+                    try:
+                        contender.close()
+                    except Exception as exc:
+                        self.fail(result, peer, exc)
 
     def shared(self, key: str, make: Callable[[], Any]) -> Any:
         """The peer stored under ``key``, made on first use. A PeerMissing

@@ -209,23 +209,23 @@ def _torch_state(ctx: Context):
 def _torch(ctx: Context, case: str) -> Contender:
     tt, graph, ring_np, slots = _torch_state(ctx)
     values = _values(ctx)
-    replay, copy, stream = graph.replay, tt.n.copy_, tt.torch.cuda.stream(tt.stream)
+    replay, copy, on_stream = graph.replay, tt.n.copy_, tt.torch.cuda.stream
 
     def step():
-        with stream:
+        with on_stream(tt.stream):
             for i, v in enumerate(values):
                 ring_np[i] = v
                 copy(slots[i], non_blocking=True)
                 replay()
 
     def update_only():
-        with stream:
+        with on_stream(tt.stream):
             for i, v in enumerate(values):
                 ring_np[i] = v
                 copy(slots[i], non_blocking=True)
 
     def launch_only():
-        with stream:
+        with on_stream(tt.stream):
             for _ in values:
                 replay()
 

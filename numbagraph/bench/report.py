@@ -171,7 +171,7 @@ def write_plots(out: Path, results: list[SuiteResult]) -> tuple[dict[str, str], 
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
             ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-            ax.set_xlabel(rows[0].case.split()[-1])
+            ax.set_xlabel(max(rows, key=lambda r: r.param).case.split()[-1])
         else:
             cases = list(dict.fromkeys(r.case for r in rows))
             width = 0.8 / len(peers)
