@@ -14,8 +14,10 @@ from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Row, SuiteResult
 from numbagraph.bench.targets import Target
+from numbagraph.bench.timing import Contender, measure_many
 
-REPLAY_PEERS = ["numbagraph", "cuda.core", "PyTorch", "CuPy", "C++"]
+REPLAY_PEERS = ["numbagraph", "numbagraph, non-blocking stream", "cuda.core", "PyTorch",
+                "CuPy", "C++", "C++, blocking stream"]
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +137,27 @@ def test_target_without_its_reference_says_why():
     got = target.check({"s": _suite([("c", "ng", 1.0)])})
     assert got["verdict"] == "n/a"
     assert got["why"] == "Peer not installed"
+
+
+def test_contenders_take_turns_trial_by_trial():
+    calls = []
+    contenders = {name: Contender(lambda name=name: calls.append(name), 1, lambda: None)
+                  for name in "abc"}
+    timings = measure_many(contenders, trials=3, warmup=1)
+    assert calls == list("abc") + list("abc") + list("bca") + list("cab")
+    assert all(len(t.trials) == 3 and t.clock == "wall" for t in timings.values())
+
+
+def test_a_failing_contender_is_dropped_and_the_others_measured():
+    def broken():
+        raise RuntimeError("boom")
+
+    errors = []
+    contenders = {
+        "ok": Contender(lambda: None, 1, lambda: None),
+        "broken": Contender(broken, 1, lambda: None),
+    }
+    timings = measure_many(contenders, trials=2,
+                           on_error=lambda name, exc: errors.append((name, str(exc))))
+    assert list(timings) == ["ok"]
+    assert errors == [("broken", "boom")]
