@@ -13,7 +13,7 @@ from numbagraph.bench import SUITES
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Row, SuiteResult
-from numbagraph.bench.targets import Target
+from numbagraph.bench.targets import Target, evaluate
 from numbagraph.bench.timing import Contender, measure_many
 
 REPLAY_PEERS = ["numbagraph", "numbagraph, non-blocking stream", "cuda.core", "PyTorch",
@@ -161,3 +161,13 @@ def test_a_failing_contender_is_dropped_and_the_others_measured():
                            on_error=lambda name, exc: errors.append((name, str(exc))))
     assert list(timings) == ["ok"]
     assert errors == [("broken", "boom")]
+
+
+def test_unjudged_targets_keep_their_ratio_and_say_why():
+    suite = _suite([("100 nodes", "numbagraph", 1.0), ("100 nodes", "C++", 2.0)])
+    suite.name = "replay"
+    verdicts = evaluate({"replay": suite}, unjudged="simulator timings measure Python")
+    judged = [v for v in verdicts if "ratio" in v]
+    assert judged and all(v["verdict"] == "n/a" for v in judged)
+    assert judged[0]["why"] == "simulator timings measure Python"
+    assert judged[0]["ratio"] == pytest.approx(0.5)

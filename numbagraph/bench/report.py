@@ -23,8 +23,10 @@ def format_value(value: float, unit: str = "") -> str:
         text = f"{value:.1f}"
     elif abs(value) >= 1:
         text = f"{value:.2f}"
-    else:
+    elif abs(value) >= 0.01 or value == 0:
         text = f"{value:.3f}"
+    else:
+        text = f"{value:.2e}"
     return f"{text} {unit}".rstrip()
 
 
@@ -72,12 +74,13 @@ def _text_table(header: list[str], cells: list[list[str]]) -> list[str]:
 
 
 def _verdict_line(t: dict[str, Any]) -> str:
-    if t["verdict"] == "n/a":
+    if "ratio" not in t:
         return f"  n/a   {t['target']}: {t['why']}"
     sign = ">=" if t["at_least"] else "<="
+    why = f"; {t['why']}" if t.get("why") else ""
     return (f"  {t['verdict']:<5} {t['target']}: {format_value(t['value'])} vs "
             f"{format_value(t['ref'])} {t['unit']} = {t['ratio']:.3f}x "
-            f"(needs {sign} {t['limit']})")
+            f"(needs {sign} {t['limit']}{why})")
 
 
 def text_report(results: list[SuiteResult], targets: list[dict[str, Any]],
@@ -123,7 +126,7 @@ def markdown_report(results: list[SuiteResult], targets: list[dict[str, Any]],
         lines += ["### Targets", "", "| verdict | target | numbagraph | reference | ratio |",
                   "|---|---|---:|---:|---:|"]
         for t in targets:
-            if t["verdict"] == "n/a":
+            if "ratio" not in t:
                 lines.append(f"| n/a | {t['target']} | | | {t['why']} |")
             else:
                 lines.append(f"| {t['verdict']} | {t['target']} | {format_value(t['value'])} "

@@ -70,7 +70,14 @@ def _targets() -> list[Target]:
 TARGETS = _targets()
 
 
-def evaluate(results: dict[str, SuiteResult]) -> list[dict[str, Any]]:
+def evaluate(results: dict[str, SuiteResult], *,
+             unjudged: str | None = None) -> list[dict[str, Any]]:
     """The verdict of every target whose suite ran: PASS, MISS, or n/a with
-    the reason."""
-    return [t.check(results) for t in TARGETS if t.suite in results]
+    the reason. With ``unjudged`` (why the numbers say nothing, as on the
+    simulator) every verdict is n/a for that reason, ratios still shown."""
+    verdicts = [t.check(results) for t in TARGETS if t.suite in results]
+    if unjudged:
+        for v in verdicts:
+            if v["verdict"] != "n/a":
+                v.update(verdict="n/a", why=unjudged)
+    return verdicts
