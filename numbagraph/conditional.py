@@ -140,6 +140,10 @@ _by_handle: dict[int, _Blocks] = {}
 def _blocks_for(session: Any) -> _Blocks:
     blocks = _by_handle.get(session.handle)
     if blocks is None or blocks.session is not session:
+        # Drop the state of captures aborted since: it holds their sessions.
+        for handle, stale in list(_by_handle.items()):
+            if not stale.alive():
+                del _by_handle[handle]
         blocks = _by_handle[session.handle] = _Blocks(session)
     return blocks
 
