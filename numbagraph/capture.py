@@ -29,7 +29,7 @@ from .errors import (
     NumbagraphError,
     translate_driver_error,
 )
-from .graph import CapturedGraph
+from .graph import CapturedGraph, watch_captures
 
 __all__ = ["capture", "begin_capture", "end_capture", "is_capturing", "CAPTURE_MODES"]
 
@@ -74,6 +74,7 @@ class _Session:
 
 _sessions: dict[int, _Session] = {}
 _sessions_lock = threading.Lock()
+watch_captures(_sessions)
 # handle -> the refused operation that ended the capture on that stream, so
 # that end_capture can say why there is no graph.
 _ended: dict[int, BaseException] = {}

@@ -11,6 +11,22 @@ from .errors import GraphClosedError, NumbagraphError
 
 __all__ = ["CapturedGraph"]
 
+# The captures in progress, keyed by stream handle: capture.py's registry,
+# read here so that a launch checks it for one dict lookup.
+_captures: dict = {}
+
+
+def watch_captures(registry: dict) -> None:
+    """Consult ``registry`` (stream handle -> capture) before launches."""
+    global _captures
+    _captures = registry
+
+
+def _guard_launch(handle: int, operation: str) -> None:
+    from .safety import guard_graph_launch  # safety imports capture, which imports this
+
+    guard_graph_launch(handle, operation)
+
 
 class _Resources:
     """What a graph must keep alive: its executable and every array its
@@ -102,6 +118,8 @@ class CapturedGraph:
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the capture stream)."""
         handle = self._handle if stream is None else _backend.stream_handle(stream)
+        if _captures:
+            _guard_launch(handle, "graph.launch()")
         launch = self._launchers.get(handle)
         if launch is None:
             launch = self._launchers[handle] = self._instantiated().launcher(handle)
@@ -110,7 +128,10 @@ class CapturedGraph:
     def upload(self, stream: Any = None) -> None:
         """Upload the graph to the device ahead of its first launch, so that
         launch does not pay for it."""
-        self._instantiated().upload(self._target(stream))
+        handle = self._target(stream)
+        if _captures:
+            _guard_launch(handle, "graph.upload()")
+        self._instantiated().upload(handle)
 
     def update(self, other: "CapturedGraph") -> None:
         """Take the kernel arguments and scalars of ``other``, a graph of the

@@ -64,7 +64,13 @@ from .errors import (
     UncapturableOperationError,
 )
 
-__all__ = ["guard_stream_work", "guard_instantiation", "GUARDED_FUNCTIONS"]
+__all__ = [
+    "guard_stream_work",
+    "guard_host_wait",
+    "guard_graph_launch",
+    "guard_instantiation",
+    "GUARDED_FUNCTIONS",
+]
 
 
 # ---------------------------------------------------------------- policy
@@ -214,9 +220,10 @@ def _check_host_blocking(cls: type, operation: str) -> None:
 
 
 def _check_device_to_host(operation: str, handle: int | None) -> None:
+    # An asynchronous copy to the host on another stream is allowed, as CUDA
+    # allows it in every mode; waiting for it is what blocks.
     blockers = _stream_blockers(handle)
     if not blockers:
-        _check_host_blocking(HostCopyInCaptureError, operation)
         return
     if _is_legacy(handle):
         why = _LEGACY_WHY
@@ -457,6 +464,38 @@ def guard_stream_work(handle: int, operation: str) -> None:
     join a capture implicitly (the legacy default stream while a blocking
     stream captures). Call only while a capture is active."""
     _check_legacy_work(operation, handle)
+
+
+def guard_host_wait(handle: int, operation: str) -> None:
+    """Refuse ``operation``, which blocks the host until the stream ``handle``
+    has finished its work, where a capture forbids it. Call only while a
+    capture is active."""
+    blockers = _stream_blockers(handle)
+    if blockers:
+        _refuse(
+            SyncInCaptureError, operation, blockers,
+            _LEGACY_WHY if _is_legacy(handle) else
+            "it waits for its stream, which captures and so runs nothing until "
+            "its graph is launched",
+            _SYNC_INSTEAD,
+        )
+    _check_host_blocking(SyncInCaptureError, operation)
+
+
+def guard_graph_launch(handle: int, operation: str) -> None:
+    """Refuse to launch (or upload) a graph on the stream ``handle`` where
+    that breaks a capture. Call only while a capture is active."""
+    session = _sessions.get(handle)
+    if session is not None:
+        _refuse(
+            UncapturableOperationError, f"{operation} on a capturing stream",
+            [session],
+            "CUDA does not record a graph launch into a capture "
+            "(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)",
+            "launch the graph after the capture ends, or launch its kernels "
+            "inside the capture",
+        )
+    _check_legacy_work(f"{operation} on the legacy default stream", handle)
 
 
 def guard_instantiation() -> None:

@@ -17,7 +17,7 @@ from numba import cuda
 from .backend import active as _backend
 from .capture import _sessions, register_device_wrapper
 from .errors import ScalarValueError
-from .safety import guard_stream_work
+from .safety import guard_host_wait, guard_stream_work
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
 
@@ -185,6 +185,8 @@ class DeviceScalar:
     def value(self) -> Any:
         """The device value, read back after the stream's pending work."""
         host = self._dev.copy_to_host(stream=self._stream)
+        if _sessions:
+            guard_host_wait(self._handle, "DeviceScalar.value")
         _backend.synchronize(self._handle)
         return host[0].item()
 

@@ -40,6 +40,7 @@ class Env:
     legacy_scalar: object  # DeviceScalar on the legacy default stream
     event: object
     add: object
+    graph: object  # captured on other, adds 1 to y
 
 
 @pytest.fixture
@@ -55,8 +56,10 @@ def env(stream, other_stream, kernels):
     y.copy_to_device(np.zeros(32, np.float32), stream=other_stream)
     stream.synchronize()
     other_stream.synchronize()
+    with ng.capture(other_stream) as cap:
+        kernels.add[1, 32, other_stream](y, one_other)
     return Env(stream, other_stream, x, y, one, one_other, legacy_scalar,
-               cuda.event(), kernels.add)
+               cuda.event(), kernels.add, cap.graph)
 
 
 @dataclasses.dataclass
@@ -116,8 +119,14 @@ OPS = [
        ng.SyncInCaptureError, ng.SyncInCaptureError, "cuda.synchronize()"),
     Op("synchronize_another_stream", lambda e: e.other.synchronize(),
        ng.SyncInCaptureError, None, ".synchronize()"),
-    Op("copy_to_host_on_another_stream", lambda e: e.y.copy_to_host(stream=e.other),
-       ng.HostCopyInCaptureError, None, "copy_to_host()"),
+    Op("scalar_value_on_another_stream", lambda e: e.one_other.value,
+       ng.SyncInCaptureError, None, "DeviceScalar.value"),
+    Op("graph_launch_into_the_capture", lambda e: e.graph.launch(e.s),
+       ng.UncapturableOperationError, ng.UncapturableOperationError,
+       "graph.launch() on a capturing stream"),
+    Op("graph_launch_on_legacy_stream", lambda e: e.graph.launch(cuda.default_stream()),
+       ng.ForeignStreamInCaptureError, ng.ForeignStreamInCaptureError,
+       "graph.launch() on the legacy default stream"),
     Op("event_synchronize", _record_then_sync,
        ng.SyncInCaptureError, ng.SyncInCaptureError, "event.synchronize()"),
     Op("copy_to_host", lambda e: e.x.copy_to_host(stream=e.s),
@@ -314,8 +323,12 @@ def test_work_on_another_stream_may_run_during_a_capture(env):
         env.add[1, 32, env.s](env.x, env.one)
         env.add[1, 32, env.other](env.y, env.one_other)  # runs now
         z.copy_to_device(env.y, stream=env.other)
+        early = z.copy_to_host(stream=env.other)  # asynchronous: allowed
+    env.other.synchronize()
+    np.testing.assert_array_equal(early, 1.0)
     np.testing.assert_array_equal(env.y.copy_to_host(stream=env.other), 1.0)
     np.testing.assert_array_equal(z.copy_to_host(stream=env.other), 1.0)
+    assert env.y[0] == 1.0
     cap.graph.launch()
     np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 1.0)
 

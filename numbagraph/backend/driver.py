@@ -74,6 +74,14 @@ def _core_stream(handle: int) -> _CoreStream:
     return view
 
 
+_CAPTURE_INVALIDATED = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
+
+
+def _capture_status(handle: int) -> Any:
+    err, status = cu.cuStreamIsCapturing(handle)
+    return status if err == cu.CUresult.CUDA_SUCCESS else None
+
+
 def is_capturing(handle: int) -> bool:
     status = _check("cuStreamIsCapturing", cu.cuStreamIsCapturing(handle))
     return status != _CAPTURE_NONE
@@ -111,8 +119,15 @@ class Recording:
             for check in self.finish_checks:
                 check()
             builder.end_building()
-        except Exception:
+        except Exception as exc:
+            invalidated = _capture_status(self.handle) == _CAPTURE_INVALIDATED
             self.abort()
+            if invalidated:
+                # cuda.core says so without the driver's error name.
+                raise DriverError(
+                    "cuStreamEndCapture",
+                    cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                ) from exc
             raise
         executable = Executable(builder, len(builder.graph_definition.nodes()))
         if instantiate:
