@@ -121,7 +121,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     check_dtype(dtype, allowed, "inputs", op)
     rows_mode = _axis_rows(x_dev, axis, op)
     y_dev = x_dev
-    y_row_stride = 0
+    y_row_stride = x_dev.shape[1] if rows_mode else 0
     if y is not None and y is not x:
         a_name, b_name = names
         y_dev = device_array(y, b_name)

@@ -1,0 +1,221 @@
+"""Ops inside captures: recorded with user kernels, steered by device scalars
+between replays, refusing bad calls without harming the capture, and
+reducing to the same bits eagerly and on replay. Also the allocation
+helpers that prepare their outputs."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph.backend import active
+
+N = 32
+MANY = 4 * active.launch_limits()[1] + 5  # reduced over several blocks
+
+
+def host(n, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).uniform(-2.0, 2.0, n).astype(dtype)
+
+
+@cuda.jit
+def double(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] *= 2
+
+
+def test_ops_and_user_kernels_record_into_one_graph(stream):
+    a, b = host(N, 1), host(N, 2)
+    x, y = cuda.to_device(a), cuda.to_device(b)
+    out = ng.empty(N, np.float32)
+    total = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    ng.add_into(x, y, out, stream=stream)
+    double[1, N, stream](out)
+    ng.sum_into(out, total, stream=stream)
+    ng.fill_into(out, 0.0, stream=stream)
+    total.update(0.0)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, y, out, stream=stream)
+        double[1, N, stream](out)
+        ng.sum_into(out, total, stream=stream)
+    assert total.value == 0.0
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 0.0)
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), 2 * (a + b), rtol=1e-6)
+    np.testing.assert_allclose(total.value, (2 * (a + b)).sum(), rtol=1e-5)
+
+
+def test_device_scalar_operand_updated_between_replays_changes_the_result(stream):
+    a = host(N)
+    x = cuda.to_device(a)
+    out = ng.empty(N, np.float32)
+    shift = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    ng.add_into(x, shift, out, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, shift, out, stream=stream)
+    for value in (1.0, -4.0, 8.5):
+        shift.update(value)
+        cap.graph.launch()
+        np.testing.assert_array_equal(out.copy_to_host(stream=stream), a + np.float32(value))
+
+
+def test_scalar_alpha_and_fill_value_follow_updates(stream):
+    x, y = host(N, 1), host(N, 2)
+    out = ng.empty(N, np.float32)
+    filled = ng.empty(N, np.float32)
+    alpha = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    ng.axpy_into(alpha, dx, dy, out, stream=stream)
+    ng.fill_into(filled, alpha, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.axpy_into(alpha, dx, dy, out, stream=stream)
+        ng.fill_into(filled, alpha, stream=stream)
+    alpha.update(3.0)
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), 3 * x + y, rtol=1e-6)
+    np.testing.assert_array_equal(filled.copy_to_host(stream=stream), 3.0)
+
+
+def test_take_and_put_follow_the_index_between_replays(stream):
+    table = np.arange(24, dtype=np.float64).reshape(6, 4)
+    src = cuda.to_device(table)
+    cache = ng.zeros((6, 4), np.float64, stream=stream)
+    row = ng.empty(4, np.float64)
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=stream)
+    ng.take_into(src, pos, row, stream=stream)
+    ng.put_into(row, pos, cache, stream=stream)
+    ng.fill_into(cache, 0.0, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.take_into(src, pos, row, stream=stream)
+        ng.put_into(row, pos, cache, stream=stream)
+    for t in (4, 1, 5):
+        pos.update(t)
+        cap.graph.launch()
+    want = np.zeros((6, 4))
+    want[[1, 4, 5]] = table[[1, 4, 5]]
+    np.testing.assert_array_equal(cache.copy_to_host(stream=stream), want)
+
+
+def test_argmax_into_a_scalar_feeds_the_next_op_on_the_device(stream):
+    scores = cuda.to_device(np.array([0.1, 0.7, 0.2], np.float32))
+    table = cuda.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    best = ng.DeviceScalar(0, dtype=np.int64, stream=stream)
+    row = ng.empty(4, np.float32)
+    ng.argmax_into(scores, best, stream=stream)
+    ng.take_into(table, best, row, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.argmax_into(scores, best, stream=stream)
+        ng.take_into(table, best, row, stream=stream)
+    ng.fill_into(row, 0.0, stream=stream)
+    cap.graph.launch()
+    np.testing.assert_array_equal(row.copy_to_host(stream=stream), [4, 5, 6, 7])
+
+
+BAD_CALLS = ["wrong-dtype", "wrong-shape", "host-array", "value-does-not-fit",
+             "reduction-out", "index-out-of-range", "allocation", "allocation-elsewhere"]
+
+
+@pytest.mark.parametrize("bad", BAD_CALLS)
+def test_bad_call_inside_a_capture_leaves_it_recording(stream, bad):
+    a = host(N)
+    x = cuda.to_device(a)
+    out = ng.empty(N, np.float32)
+    wrong = {
+        "wrong-dtype": ng.empty(N, np.float64),
+        "wrong-shape": ng.empty(N + 1, np.float32),
+        "host-array": np.ones(N, np.float32),
+        "table": ng.empty((2, N), np.float32),
+    }
+    calls = {
+        "wrong-dtype": lambda: ng.add_into(x, wrong["wrong-dtype"], out, stream=stream),
+        "wrong-shape": lambda: ng.add_into(x, wrong["wrong-shape"], out, stream=stream),
+        "host-array": lambda: ng.add_into(x, wrong["host-array"], out, stream=stream),
+        "value-does-not-fit": lambda: ng.add_into(x, "2", out, stream=stream),
+        "reduction-out": lambda: ng.sum_into(x, out, stream=stream),
+        "index-out-of-range": lambda: ng.take_into(wrong["table"], 9, out, stream=stream),
+        "allocation": lambda: ng.empty(N, np.float32, stream=stream),
+        "allocation-elsewhere": lambda: ng.zeros(N, np.float32),
+    }
+    ng.add_into(x, 1.0, out, stream=stream)
+    ng.mul_into(out, 2.0, out, stream=stream)
+    ng.fill_into(out, 0.0, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, 1.0, out, stream=stream)
+        with pytest.raises(ng.OpError):
+            calls[bad]()
+        assert ng.is_capturing(stream)
+        ng.mul_into(out, 2.0, out, stream=stream)
+    assert cap.graph.num_nodes == 2
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), (a + 1) * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["sum", "norm2", "argmax"])
+def test_replays_reduce_to_the_same_bits(stream, op):
+    x = cuda.to_device(host(MANY) * np.float32(100))
+    out = ng.DeviceScalar(0, dtype=np.int64 if op == "argmax" else np.float32, stream=stream)
+    fn = getattr(ng, f"{op}_into")
+    fn(x, out, stream=stream)
+    eager = out.value
+    with ng.capture(stream) as cap:
+        fn(x, out, stream=stream)
+    seen = set()
+    for _ in range(3):
+        out.update(0)
+        cap.graph.launch()
+        seen.add(np.asarray(out.value, out.dtype).tobytes())
+    assert seen == {np.asarray(eager, out.dtype).tobytes()}
+
+
+def test_reduction_captured_before_any_eager_run_gives_the_eager_bits(other_stream):
+    s = other_stream  # a stream no reduction has run on yet
+    x = cuda.to_device(host(MANY, 3) * np.float32(100))
+    out = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
+    with ng.capture(s) as cap:
+        ng.sum_into(x, out, stream=s)
+    cap.graph.launch()
+    captured = np.float32(out.value)
+    ng.sum_into(x, out, stream=s)
+    assert np.float32(out.value).tobytes() == captured.tobytes()
+
+
+def test_foreign_array_naming_the_capturing_stream_is_not_synchronised(stream):
+    class Foreign:
+        def __init__(self, dev):
+            self.dev = dev
+            self.__cuda_array_interface__ = dict(active.array_interface(dev),
+                                                 stream=active.stream_handle(stream))
+
+    a = host(N)
+    x, out = Foreign(cuda.to_device(a)), ng.empty(N, np.float32)
+    ng.neg_into(x, out, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.neg_into(x, out, stream=stream)
+    ng.fill_into(out, 0.0, stream=stream)
+    cap.graph.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), -a)
+
+
+# ---------------------------------------------------------------- allocation helpers
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int64, np.bool_], ids=str)
+@pytest.mark.parametrize("shape", [7, (3, 4), (0,)], ids=str)
+def test_zeros_are_zero_with_the_asked_shape_and_dtype(stream, dtype, shape):
+    z = ng.zeros(shape, dtype, stream=stream)
+    want = np.zeros(shape, dtype)
+    assert z.shape == want.shape and z.dtype == want.dtype
+    np.testing.assert_array_equal(z.copy_to_host(stream=stream), want)
+
+
+def test_like_helpers_copy_shape_and_dtype(stream):
+    a = ng.empty((2, 5), np.int32)
+    e, z = ng.empty_like(a), ng.zeros_like(a, stream=stream)
+    assert e.shape == z.shape == (2, 5) and e.dtype == z.dtype == np.int32
+    assert ng.empty_like(a, dtype=np.float64).dtype == np.float64
+    np.testing.assert_array_equal(z.copy_to_host(stream=stream), 0)
+
+
+def test_allocation_refuses_a_bad_shape():
+    with pytest.raises(ng.OpError, match="non-negative"):
+        ng.empty((2, -1), np.float32)

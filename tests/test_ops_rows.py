@@ -1,0 +1,255 @@
+"""Row ops against NumPy: take/put at a device index, matvec and matmul,
+softmax and the norms."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+def host(dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-9, 10, size=shape).astype(dtype)
+    return rng.uniform(-2.0, 2.0, size=shape).astype(dtype)
+
+
+def close(dtype):
+    return {2: dict(rtol=5e-3, atol=5e-3), 4: dict(rtol=1e-5, atol=1e-5),
+            8: dict(rtol=1e-12, atol=1e-12)}[np.dtype(dtype).itemsize]
+
+
+# ---------------------------------------------------------------- take / put
+
+@pytest.fixture
+def table():
+    return host(np.float32, (6, 5))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64, np.uint16], ids=str)
+def test_take_copies_the_row_at_a_device_index(stream, table, index_dtype):
+    index = ng.DeviceScalar(4, dtype=index_dtype, stream=stream)
+    out = ng.empty(5, np.float32)
+    ng.take_into(cuda.to_device(table), index, out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), table[4])
+
+
+def test_take_copies_the_row_at_a_python_index(stream, table):
+    out = ng.empty((1, 5), np.float32)
+    ng.take_into(cuda.to_device(table), 2, out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream)[0], table[2])
+
+
+def test_take_reads_an_element_of_a_1d_table(stream):
+    tokens = np.array([11, 12, 13, 14], np.int32)
+    pos = ng.DeviceScalar(2, dtype=np.int32, stream=stream)
+    token = ng.DeviceScalar(0, dtype=np.int32, stream=stream)
+    ng.take_into(cuda.to_device(tokens), pos, token, stream=stream)
+    assert token.value == 13
+
+
+@pytest.mark.parametrize("bad", [-1, 6, 1000])
+def test_take_at_an_index_out_of_range_writes_nothing(stream, table, bad):
+    index = ng.DeviceScalar(bad, dtype=np.int64, stream=stream)
+    out = ng.zeros(5, np.float32, stream=stream)
+    ng.take_into(cuda.to_device(table), index, out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 0.0)
+
+
+def test_put_writes_the_row_at_a_device_index(stream, table):
+    cache = cuda.to_device(table)
+    row = host(np.float32, 5, seed=3)
+    pos = ng.DeviceScalar(1, dtype=np.int32, stream=stream)
+    ng.put_into(cuda.to_device(row), pos, cache, stream=stream)
+    want = table.copy()
+    want[1] = row
+    np.testing.assert_array_equal(cache.copy_to_host(stream=stream), want)
+
+
+@pytest.mark.parametrize("value", [0.5, "scalar"])
+def test_put_fills_a_row_with_a_scalar(stream, table, value):
+    cache = cuda.to_device(table)
+    if value == "scalar":
+        value = ng.DeviceScalar(0.5, dtype=np.float32, stream=stream)
+    ng.put_into(value, 3, cache, stream=stream)
+    want = table.copy()
+    want[3] = 0.5
+    np.testing.assert_array_equal(cache.copy_to_host(stream=stream), want)
+
+
+def test_put_writes_an_element_of_a_1d_table(stream):
+    log = ng.zeros(4, np.int64, stream=stream)
+    pos = ng.DeviceScalar(3, dtype=np.int64, stream=stream)
+    ng.put_into(ng.DeviceScalar(9, dtype=np.int64, stream=stream), pos, log, stream=stream)
+    np.testing.assert_array_equal(log.copy_to_host(stream=stream), [0, 0, 0, 9])
+
+
+@pytest.mark.parametrize("bad", [-3, 6])
+def test_put_at_an_index_out_of_range_writes_nothing(stream, table, bad):
+    cache = cuda.to_device(table)
+    pos = ng.DeviceScalar(bad, dtype=np.int32, stream=stream)
+    ng.put_into(ng.zeros(5, np.float32, stream=stream), pos, cache, stream=stream)
+    np.testing.assert_array_equal(cache.copy_to_host(stream=stream), table)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s, t: ng.take_into(t, 6, ng.empty(5, np.float32), stream=s), "outside"),
+        (lambda s, t: ng.take_into(t, 0, ng.empty(4, np.float32), stream=s), "shape"),
+        (lambda s, t: ng.take_into(t, 0, ng.empty(5, np.float64), stream=s), "dtype"),
+        (lambda s, t: ng.take_into(t, ng.DeviceScalar(1.0, stream=s), ng.empty(5, np.float32),
+                                   stream=s), "integer"),
+        (lambda s, t: ng.take_into(t, 0, t[0], stream=s), "overlaps"),
+        (lambda s, t: ng.put_into(ng.empty(3, np.float32), 0, t, stream=s), "shape"),
+        (lambda s, t: ng.put_into(1.0, True, t, stream=s), "bool"),
+    ],
+    ids=["python-index", "out-shape", "out-dtype", "float-index", "overlap", "src-shape",
+         "bool-index"],
+)
+def test_take_and_put_refuse_bad_calls(stream, table, call, message):
+    with pytest.raises(ng.OpError, match=message):
+        call(stream, cuda.to_device(table))
+
+
+# ---------------------------------------------------------------- linear algebra
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.int32, np.int64], ids=str)
+def test_matvec_matches_numpy(stream, dtype):
+    a, x = host(dtype, (5, 37), seed=1), host(dtype, 37, seed=2)
+    out = ng.empty(5, dtype)
+    ng.matvec_into(cuda.to_device(a), cuda.to_device(x), out, stream=stream)
+    wide = np.float64 if np.dtype(dtype).kind == "f" else np.int64
+    want = (a.astype(wide) @ x.astype(wide)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want, **close(dtype))
+    else:
+        np.testing.assert_array_equal(out.copy_to_host(stream=stream), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("m, k, n", [(5, 7, 6), (1, 9, 4), (3, 1, 2)], ids=str)
+def test_matmul_matches_numpy(stream, dtype, m, k, n):
+    a, b = host(dtype, (m, k), seed=1), host(dtype, (k, n), seed=2)
+    out = ng.empty((m, n), dtype)
+    ng.matmul_into(cuda.to_device(a), cuda.to_device(b), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), a @ b, **close(dtype))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: ng.matvec_into(ng.empty((3, 4), np.float32), ng.empty(3, np.float32),
+                                  ng.empty(3, np.float32), stream=s), "shape"),
+        (lambda s: ng.matvec_into(ng.empty(4, np.float32), ng.empty(4, np.float32),
+                                  ng.empty(1, np.float32), stream=s), "2-D"),
+        (lambda s: ng.matmul_into(ng.empty((2, 3), np.float32), ng.empty((4, 2), np.float32),
+                                  ng.empty((2, 2), np.float32), stream=s), "do not fit"),
+        (lambda s: ng.matmul_into(ng.empty((2, 2), np.float16), ng.empty((2, 2), np.float16),
+                                  ng.empty((2, 2), np.float16), stream=s), "float16"),
+        (lambda s: ng.matmul_into(ng.empty((2, 2), np.float32), ng.empty((2, 2), np.float64),
+                                  ng.empty((2, 2), np.float32), stream=s), "float64"),
+    ],
+    ids=["matvec-shape", "matvec-1d", "matmul-shapes", "matmul-float16", "matmul-mixed"],
+)
+def test_linear_algebra_refuses_bad_calls(stream, call, message):
+    with pytest.raises(ng.OpError, match=message):
+        call(stream)
+
+
+def test_matmul_refuses_an_output_that_is_an_input(stream):
+    a = ng.zeros((3, 3), np.float32, stream=stream)
+    with pytest.raises(ng.OpError, match="overlaps"):
+        ng.matmul_into(a, a, a, stream=stream)
+
+
+# ---------------------------------------------------------------- softmax and norms
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x, w, b, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mean) / np.sqrt(var + eps)
+    return y * (1 if w is None else w) + (0 if b is None else b)
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * (1 if w is None else w)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape", [(3, 37), (37,)], ids=str)
+def test_softmax_over_rows(stream, dtype, shape):
+    x = host(dtype, shape) * 3
+    out = ng.empty(shape, dtype)
+    ng.softmax_into(cuda.to_device(x), out, stream=stream)
+    got = out.copy_to_host(stream=stream)
+    np.testing.assert_allclose(got, softmax(x.astype(np.float64)), **close(dtype))
+
+
+def test_softmax_ignores_minus_infinity(stream):
+    x = np.array([[1.0, -np.inf, 2.0, -np.inf]], np.float32)
+    out = ng.empty((1, 4), np.float32)
+    ng.softmax_into(cuda.to_device(x), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), softmax(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_layernorm_over_rows(stream, dtype, affine):
+    x = host(dtype, (3, 37))
+    w, b = (host(dtype, 37, seed=5), host(dtype, 37, seed=6)) if affine else (None, None)
+    out = ng.empty((3, 37), dtype)
+    ng.layernorm_into(cuda.to_device(x), None if w is None else cuda.to_device(w),
+                      None if b is None else cuda.to_device(b), out, eps=1e-5, stream=stream)
+    want = layernorm(x.astype(np.float64), w, b, 1e-5)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want, **close(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "plain"])
+def test_rmsnorm_over_rows(stream, dtype, weighted):
+    x = host(dtype, (3, 37))
+    w = host(dtype, 37, seed=5) if weighted else None
+    out = ng.empty((3, 37), dtype)
+    ng.rmsnorm_into(cuda.to_device(x), None if w is None else cuda.to_device(w), out,
+                    eps=1e-6, stream=stream)
+    want = rmsnorm(x.astype(np.float64), w, 1e-6)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want, **close(dtype))
+
+
+def test_norms_may_write_over_their_input(stream):
+    x = host(np.float32, (2, 37))
+    inout = cuda.to_device(x)
+    ng.rmsnorm_into(inout, None, inout, stream=stream)
+    np.testing.assert_allclose(inout.copy_to_host(stream=stream), rmsnorm(x, None, 1e-6),
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: ng.softmax_into(ng.empty((2, 3), np.int32), ng.empty((2, 3), np.int32),
+                                   stream=s), "int32"),
+        (lambda s: ng.softmax_into(ng.empty((2, 3), np.float32), ng.empty((3, 2), np.float32),
+                                   stream=s), "shape"),
+        (lambda s: ng.rmsnorm_into(ng.empty((2, 3), np.float32), ng.empty(2, np.float32),
+                                   ng.empty((2, 3), np.float32), stream=s), "weight"),
+        (lambda s: ng.layernorm_into(ng.empty((2, 3), np.float32), None,
+                                     ng.empty(3, np.float64), ng.empty((2, 3), np.float32),
+                                     stream=s), "bias"),
+        (lambda s: ng.layernorm_into(ng.empty((2, 3), np.float32), None, None,
+                                     ng.empty((2, 3), np.float32), eps=-1.0, stream=s), "eps"),
+    ],
+    ids=["int", "out-shape", "weight-shape", "bias-dtype", "negative-eps"],
+)
+def test_row_ops_refuse_bad_calls(stream, call, message):
+    with pytest.raises(ng.OpError, match=message):
+        call(stream)
