@@ -113,11 +113,14 @@ def _on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     if session is not None:
         session.keepalive.append((kernel, args))
     wrappers = _device_wrappers
-    for arg in args:
+    for i, arg in enumerate(args):
         if type(arg) in wrappers:
-            return tuple(
-                wrappers[type(a)](a) if type(a) in wrappers else a for a in args
-            )
+            unwrapped = list(args)
+            for j in range(i, len(unwrapped)):
+                unwrap = wrappers.get(type(unwrapped[j]))
+                if unwrap is not None:
+                    unwrapped[j] = unwrap(unwrapped[j])
+            return tuple(unwrapped)
     return args
 
 

@@ -415,26 +415,45 @@ def _check_event_wait(self: Any, stream: Any = 0) -> None:
         )
 
 
+# Argument types that can never carry host memory; remembered so that the
+# check costs one set lookup per argument on every launch during capture.
+_never_host: set[type] = set()
+_MAYBE_HOST = (np.ndarray, np.void, ArgHint)
+
+
 def _has_host_array(args: Any) -> bool:
     for arg in args:
-        if isinstance(arg, (np.ndarray, np.void, ArgHint)) and not _is_device(arg):
-            return True
-        if isinstance(arg, tuple) and _has_host_array(arg):
-            return True
+        kind = type(arg)
+        if kind in _never_host:
+            continue
+        if isinstance(arg, _MAYBE_HOST):
+            if not _is_device(arg):
+                return True
+        elif isinstance(arg, tuple):
+            if _has_host_array(arg):
+                return True
+        else:
+            _never_host.add(kind)
     return False
+
+
+def _kernel_name(kernel: Any) -> str:
+    function = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
+    return getattr(function, "__name__", "a kernel")
 
 
 def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     """Validate a kernel launch made while a capture is active."""
     session = _sessions.get(handle)
-    if session is not None:
+    if session is not None and session.failure is not None:
         raise_if_invalidated(session)
-    function = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None)
-    operation = f"launching {getattr(function, '__name__', 'a kernel')}"
-    _check_legacy_work(f"{operation} on the legacy default stream", handle)
+    if _is_legacy(handle):
+        _check_legacy_work(
+            f"launching {_kernel_name(kernel)} on the legacy default stream", handle
+        )
     if not _has_host_array(args):
         return
-    operation = f"{operation} with a host (NumPy) array argument"
+    operation = f"launching {_kernel_name(kernel)} with a host (NumPy) array argument"
     instead = (
         "copy the array to the device before the capture (d = cuda.to_device(a)) "
         "and pass the device array; read results back after the graph has run"

@@ -129,7 +129,7 @@ class Recording:
                     cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                 ) from exc
             raise
-        executable = Executable(builder, len(builder.graph_definition.nodes()))
+        executable = Executable(builder)
         if instantiate:
             try:
                 executable.instantiate()
@@ -162,10 +162,18 @@ class Recording:
 class Executable:
     """An instantiated graph and the definition it came from."""
 
-    def __init__(self, builder, num_nodes: int):
+    def __init__(self, builder):
         self._graph = None
         self._builder = builder
-        self.num_nodes = num_nodes
+        self._num_nodes: int | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        # Counted on demand: listing the nodes makes a Python object per node,
+        # which would add to every capture's cost.
+        if self._num_nodes is None:
+            self._num_nodes = len(self._builder.graph_definition.nodes())
+        return self._num_nodes
 
     @property
     def instantiated(self) -> bool:
@@ -195,7 +203,6 @@ class Executable:
 
     def update(self, other: "Executable") -> None:
         self.instantiate().update(other._builder)
-        self.num_nodes = other.num_nodes
 
     def close(self) -> None:
         if self._graph is not None:
