@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 from typing import Any, Callable
 
@@ -21,7 +22,10 @@ import numpy as np
 from numba import cuda
 from numba.cuda.simulator import api as _sim_api
 from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
+from numba.cuda.simulator import kernelapi as _sim_kernelapi
 from numba.cuda.simulator.kernel import FakeCUDAKernel
+from numba.cuda import types as _numba_types
+from numba.cuda.np import numpy_support as _numpy_support
 
 NAME = "simulator"
 
@@ -271,13 +275,43 @@ def array_interface(dev: Any) -> dict:
 _launch_hook: Callable[[int, Any, tuple], tuple] | None = None
 _run_lock = threading.RLock()
 
+# The simulator's block manager polls its threads at every syncthreads; with
+# CPython's default 5 ms switch interval each barrier costs milliseconds.
+_SWITCH_INTERVAL = 5e-5
+_numba_shared_array = _sim_kernelapi.FakeCUDAShared.array
+_shared_lock = threading.Lock()
+
+
+def _shared_array(self, shape, dtype, alignment=None):
+    """numba's ``cuda.shared.array``, with a block's lookup-or-create made
+    atomic: threads switching often could otherwise each make their own."""
+    if shape == 0 or alignment is not None:
+        return _numba_shared_array(self, shape, dtype, alignment)
+    frame = sys._getframe(1)
+    caller = (frame.f_code.co_filename, frame.f_lineno)
+    with _shared_lock:
+        array = self._allocations.get(caller)
+        if array is None:
+            if isinstance(dtype, _numba_types.Type):
+                dtype = _numpy_support.as_dtype(dtype)
+            array = self._allocations[caller] = np.empty(shape, dtype)
+    return array
+
+
+_sim_kernelapi.FakeCUDAShared.array = _shared_array
+
 
 def _run(kernel: FakeCUDAKernel, grid, block, shared: int, args: tuple) -> None:
     # FakeCUDAKernel keeps its configuration on itself; hold it for the call.
     with _run_lock:
         kernel.grid_dim, kernel.block_dim = grid, block
         kernel.dynshared_size = shared
-        FakeCUDAKernel.__call__(kernel, *args)
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(min(previous, _SWITCH_INTERVAL))
+        try:
+            FakeCUDAKernel.__call__(kernel, *args)
+        finally:
+            sys.setswitchinterval(previous)
 
 
 class _ConfiguredLaunch:
