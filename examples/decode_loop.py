@@ -50,7 +50,7 @@ class Config:
 
 # The simulator runs one Python thread per GPU thread: keep it tiny there.
 CONFIG = (Config(vocab=2048, dim=256, heads=4, hidden=1024, layers=4, tokens=64) if ON_GPU
-          else Config(vocab=16, dim=8, heads=2, hidden=16, layers=1, tokens=4))
+          else Config(vocab=16, dim=8, heads=2, hidden=16, layers=1, tokens=3))
 EPS = 1e-6
 
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["capture.md", "conditionals.md", "troubleshooting.md"]
+PAGES = ["capture.md", "conditionals.md", "troubleshooting.md", "ops.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -31,3 +31,11 @@ def test_example_jacobi_converge_runs(capsys):
     out = capsys.readouterr().out
     assert "converged in" in out
     assert "same answer, bit for bit" in out
+
+
+def test_example_decode_loop_runs(capsys):
+    import runpy
+
+    # Without a GPU the example picks tiny sizes for the simulator.
+    runpy.run_path(str(DOCS.parent / "examples" / "decode_loop.py"), run_name="__main__")
+    assert "logits match the NumPy reference for every token" in capsys.readouterr().out
