@@ -62,3 +62,13 @@ def kernels():
 
 def device_zeros(n, dtype=np.float32, stream=0):
     return cuda.to_device(np.zeros(n, dtype), stream=stream)
+
+
+@pytest.fixture
+def warm_add(stream, kernels):
+    """``(x, one)``: 32 zeros and a float32 scalar 1.0 on ``stream``, with
+    ``kernels.add`` already compiled and run once (x is 1.0 everywhere)."""
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    return x, one

@@ -6,10 +6,8 @@ import numbagraph as ng
 from conftest import device_zeros
 
 
-def test_launches_inside_capture_are_recorded_not_run(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_launches_inside_capture_are_recorded_not_run(stream, kernels, warm_add):
+    x, one = warm_add
     with ng.capture(stream) as cap:
         for _ in range(3):
             kernels.add[1, 32, stream](x, one)
@@ -17,10 +15,8 @@ def test_launches_inside_capture_are_recorded_not_run(stream, kernels):
     assert cap.graph.num_nodes == 3
 
 
-def test_replay_runs_every_recorded_launch(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_replay_runs_every_recorded_launch(stream, kernels, warm_add):
+    x, one = warm_add
     with ng.capture(stream) as cap:
         for _ in range(3):
             kernels.add[1, 32, stream](x, one)
@@ -42,10 +38,8 @@ def test_update_between_replays_is_seen(stream, kernels):
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2 * sum(range(5)))
 
 
-def test_begin_and_end_capture_in_two_calls(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_begin_and_end_capture_in_two_calls(stream, kernels, warm_add):
+    x, one = warm_add
     ng.begin_capture(stream)
     assert ng.is_capturing(stream)
     kernels.add[1, 32, stream](x, one)
@@ -57,10 +51,8 @@ def test_begin_and_end_capture_in_two_calls(stream, kernels):
 
 
 @pytest.mark.parametrize("mode", ng.CAPTURE_MODES)
-def test_every_capture_mode_records(stream, kernels, mode):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_every_capture_mode_records(stream, kernels, mode, warm_add):
+    x, one = warm_add
     with ng.capture(stream, mode=mode) as cap:
         kernels.add[1, 32, stream](x, one)
     cap.graph.launch()
@@ -73,10 +65,8 @@ def test_unknown_mode_is_refused(stream):
     assert not ng.is_capturing(stream)
 
 
-def test_exception_in_block_aborts_and_propagates(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_exception_in_block_aborts_and_propagates(stream, kernels, warm_add):
+    x, one = warm_add
     with pytest.raises(KeyError, match="boom"):
         with ng.capture(stream) as cap:
             kernels.add[1, 32, stream](x, one)
@@ -103,14 +93,12 @@ def test_end_without_begin_is_refused(stream):
         ng.end_capture(stream)
 
 
-def test_stream_given_as_cuda_stream_protocol(stream, kernels):
+def test_stream_given_as_cuda_stream_protocol(stream, kernels, warm_add):
     class Foreign:
         def __cuda_stream__(self):
             return (0, int(stream.handle))
 
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+    x, one = warm_add
     with ng.capture(Foreign()) as cap:
         assert ng.is_capturing(stream)
         kernels.add[1, 32, stream](x, one)

@@ -9,10 +9,8 @@ from conftest import device_zeros
 
 
 @pytest.fixture
-def graph_and_array(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def graph_and_array(stream, kernels, warm_add):
+    x, one = warm_add
     with ng.capture(stream) as cap:
         kernels.add[1, 32, stream](x, one)
     return cap.graph, x
@@ -53,6 +51,7 @@ def test_context_manager_closes(graph_and_array, stream):
 
 
 def test_graph_keeps_its_arrays_alive(stream, kernels):
+    # Built here, not by a fixture: a fixture would keep the arrays alive.
     x = device_zeros(32, stream=stream)
     one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
     kernels.add[1, 32, stream](x, one)
@@ -72,6 +71,7 @@ def test_graph_keeps_its_arrays_alive(stream, kernels):
 
 
 def test_dropped_graph_is_freed(stream, kernels):
+    # Built here, not by a fixture: a fixture would keep the arrays alive.
     x = device_zeros(32, stream=stream)
     one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
     kernels.add[1, 32, stream](x, one)
@@ -98,10 +98,8 @@ def test_update_takes_other_graphs_arguments(stream, kernels):
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 1.0)
 
 
-def test_update_with_other_topology_is_refused(stream, kernels):
-    x = device_zeros(32, stream=stream)
-    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
-    kernels.add[1, 32, stream](x, one)
+def test_update_with_other_topology_is_refused(stream, kernels, warm_add):
+    x, one = warm_add
     with ng.capture(stream) as a:
         kernels.add[1, 32, stream](x, one)
     with ng.capture(stream) as b:

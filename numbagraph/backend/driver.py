@@ -15,6 +15,8 @@ from cuda.core.graph import GraphCompleteOptions
 from numba import cuda
 from numba.cuda.dispatcher import CUDADispatcher
 
+from ._streams import stream_handle  # noqa: F401  (part of the backend API)
+
 NAME = "cuda"
 
 _CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
@@ -42,23 +44,6 @@ def _check(call: str, ret: tuple) -> Any:
 
 
 # ---------------------------------------------------------------- streams
-
-def stream_handle(stream: Any) -> int:
-    """The raw ``CUstream`` address of a numba, cuda.core or foreign stream."""
-    if isinstance(stream, int):
-        return stream
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        return int(proto()[1])
-    handle = getattr(stream, "handle", None)
-    if handle is None:
-        raise TypeError(
-            f"{type(stream).__name__} is not a CUDA stream: pass a numba stream "
-            "(cuda.stream()), cuda.external_stream(ptr), or an object with "
-            "__cuda_stream__"
-        )
-    return int(handle)
-
 
 _core_streams: dict[int, _CoreStream] = {}
 

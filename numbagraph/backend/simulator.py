@@ -27,6 +27,8 @@ from numba.cuda.simulator.kernel import FakeCUDAKernel
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
+from ._streams import stream_handle  # noqa: F401  (part of the backend API)
+
 NAME = "simulator"
 
 
@@ -67,22 +69,6 @@ for _name, _fn in (
 ):
     setattr(_sim_api, _name, _fn)
     setattr(cuda, _name, _fn)
-
-
-def stream_handle(stream: Any) -> int:
-    if isinstance(stream, int):
-        return stream
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        return int(proto()[1])
-    handle = getattr(stream, "handle", None)
-    if handle is None:
-        raise TypeError(
-            f"{type(stream).__name__} is not a CUDA stream: pass a numba stream "
-            "(cuda.stream()), cuda.external_stream(ptr), or an object with "
-            "__cuda_stream__"
-        )
-    return int(handle)
 
 
 def synchronize(handle: int) -> None:

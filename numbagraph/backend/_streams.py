@@ -1,0 +1,23 @@
+"""Stream handles, the same on both backends: an integer per stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def stream_handle(stream: Any) -> int:
+    """The raw ``CUstream`` address of a numba, cuda.core or foreign stream
+    (on the simulator, the integer handle numbagraph gives its streams)."""
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        raise TypeError(
+            f"{type(stream).__name__} is not a CUDA stream: pass a numba stream "
+            "(cuda.stream()), cuda.external_stream(ptr), or an object with "
+            "__cuda_stream__"
+        )
+    return int(handle)
