@@ -85,7 +85,7 @@ def output(obj: Any, allowed: Sequence[np.dtype], op: str, what: str = "out") ->
 
 def flat(dev: Any) -> Any:
     """A 1-D view of a C-contiguous device array."""
-    return dev if dev.ndim == 1 else dev.reshape(max(dev.size, 0))
+    return dev if dev.ndim == 1 else dev.reshape(dev.size)
 
 
 @dataclass
