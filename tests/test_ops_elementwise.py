@@ -144,6 +144,32 @@ def test_same_shape_inputs_of_any_shape(stream, shape):
     assert_matches(out.copy_to_host(stream=stream), a + b, np.float64)
 
 
+def _long_enough_for_every_thread_to_loop():
+    from numbagraph.backend import active
+    from numbagraph.ops._launch import BLOCKS_PER_SM
+
+    sms, threads = active.launch_limits()
+    return 4 * sms * BLOCKS_PER_SM * threads + 7
+
+
+LONG = _long_enough_for_every_thread_to_loop()
+
+
+@pytest.mark.parametrize("op", ["add", "mul-scalar", "axpy", "copy"])
+def test_long_arrays_take_the_unrolled_loop(stream, op):
+    a, b = host(np.float32, LONG, seed=1), host(np.float32, LONG, seed=2)
+    x, y, out = cuda.to_device(a), cuda.to_device(b), ng.empty(LONG, np.float32)
+    three = ng.DeviceScalar(3.0, dtype=np.float32, stream=stream)
+    call, want = {
+        "add": (lambda: ng.add_into(x, y, out, stream=stream), a + b),
+        "mul-scalar": (lambda: ng.mul_into(x, three, out, stream=stream), a * 3),
+        "axpy": (lambda: ng.axpy_into(three, x, y, out, stream=stream), 3 * a + b),
+        "copy": (lambda: ng.copy_into(x, out, stream=stream), a),
+    }[op]
+    call()
+    assert_matches(out.copy_to_host(stream=stream), want, np.float32)
+
+
 def test_output_may_be_an_input(stream):
     a = host(np.float32, N)
     x = cuda.to_device(a)

@@ -75,6 +75,43 @@ def test_long_arrays_reduce_over_many_blocks(stream, op, dtype, n):
     check(out.copy_to_host(stream=stream)[0], REFERENCE[op](x, None), out_dtype(op, dtype))
 
 
+def _long_enough_for_every_part_to_loop():
+    from numbagraph.ops._launch import BLOCKS_PER_SM
+
+    sms, threads = active.launch_limits()
+    return sms * BLOCKS_PER_SM * 8 * threads + 5
+
+
+LONGEST = _long_enough_for_every_part_to_loop()
+
+
+@pytest.mark.parametrize("op", ["sum", "dot", "argmax", "min"])
+def test_longest_arrays_loop_within_every_part(stream, op):
+    x, y = host(np.float32, LONGEST, seed=1), host(np.float32, LONGEST, seed=2)
+    out = ng.DeviceScalar(0, dtype=out_dtype(op, np.float32), stream=stream)
+    if op == "dot":
+        ng.dot_into(cuda.to_device(x), cuda.to_device(y), out, stream=stream)
+        want = (wide(x) * wide(y)).sum()
+    else:
+        getattr(ng, f"{op}_into")(cuda.to_device(x), out, stream=stream)
+        want = REFERENCE[op](x, None)
+    check(out.value, want, out_dtype(op, np.float32))
+
+
+@pytest.mark.parametrize("op", ["sum", "norm2", "dot", "max", "argmin"])
+def test_long_rows_loop_within_the_block(stream, op):
+    cols = 8 * THREADS + 37
+    x, y = host(np.float64, (2, cols), seed=1), host(np.float64, (2, cols), seed=2)
+    out = ng.empty(2, out_dtype(op, np.float64))
+    if op == "dot":
+        ng.dot_into(cuda.to_device(x), cuda.to_device(y), out, axis=-1, stream=stream)
+        want = (x * y).sum(axis=1)
+    else:
+        getattr(ng, f"{op}_into")(cuda.to_device(x), out, axis=-1, stream=stream)
+        want = REFERENCE[op](x, 1)
+    check(out.copy_to_host(stream=stream), want, out_dtype(op, np.float64))
+
+
 @pytest.mark.parametrize("op, dtype, n", list(cases([3])))
 def test_each_row_into_a_vector(stream, op, dtype, n):
     x = host(dtype, (n, 37))

@@ -87,7 +87,7 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
     acc = from_dtype(acc_np)
     zero = acc_np.type(0)
     tree = _tree_sum(threads)
-    t4 = 4 * threads
+    t8 = 8 * threads
     int64 = types.int64
 
     if acc_np.kind == "f":
@@ -105,33 +105,66 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
 
     @cuda.jit(device=True)
     def thread_sum(x, y, has_y, xo, yo, length, tid):
-        """This thread's share of x[xo:xo+length] (times y[yo:...] if has_y)."""
+        """This thread's share of x[xo:xo+length] (times y[yo:...] if has_y).
+
+        Eight loads are issued before their sums: with one thread reading one
+        stream, that is what keeps enough bytes in flight for full bandwidth.
+        """
         a0 = zero
         a1 = zero
         a2 = zero
         a3 = zero
+        a4 = zero
+        a5 = zero
+        a6 = zero
+        a7 = zero
         j = int64(tid)
+        last = length - 7 * threads
         if has_y:
-            while j + 3 * threads < length:
-                a0 += acc(x[xo + j]) * acc(y[yo + j])
-                a1 += acc(x[xo + j + threads]) * acc(y[yo + j + threads])
-                a2 += acc(x[xo + j + 2 * threads]) * acc(y[yo + j + 2 * threads])
-                a3 += acc(x[xo + j + 3 * threads]) * acc(y[yo + j + 3 * threads])
-                j += t4
+            while j < last:
+                u0 = acc(x[xo + j])
+                u1 = acc(x[xo + j + threads])
+                u2 = acc(x[xo + j + 2 * threads])
+                u3 = acc(x[xo + j + 3 * threads])
+                u4 = acc(x[xo + j + 4 * threads])
+                u5 = acc(x[xo + j + 5 * threads])
+                u6 = acc(x[xo + j + 6 * threads])
+                u7 = acc(x[xo + j + 7 * threads])
+                a0 += u0 * acc(y[yo + j])
+                a1 += u1 * acc(y[yo + j + threads])
+                a2 += u2 * acc(y[yo + j + 2 * threads])
+                a3 += u3 * acc(y[yo + j + 3 * threads])
+                a4 += u4 * acc(y[yo + j + 4 * threads])
+                a5 += u5 * acc(y[yo + j + 5 * threads])
+                a6 += u6 * acc(y[yo + j + 6 * threads])
+                a7 += u7 * acc(y[yo + j + 7 * threads])
+                j += t8
             while j < length:
                 a0 += acc(x[xo + j]) * acc(y[yo + j])
                 j += threads
         else:
-            while j + 3 * threads < length:
-                a0 += acc(x[xo + j])
-                a1 += acc(x[xo + j + threads])
-                a2 += acc(x[xo + j + 2 * threads])
-                a3 += acc(x[xo + j + 3 * threads])
-                j += t4
+            while j < last:
+                u0 = acc(x[xo + j])
+                u1 = acc(x[xo + j + threads])
+                u2 = acc(x[xo + j + 2 * threads])
+                u3 = acc(x[xo + j + 3 * threads])
+                u4 = acc(x[xo + j + 4 * threads])
+                u5 = acc(x[xo + j + 5 * threads])
+                u6 = acc(x[xo + j + 6 * threads])
+                u7 = acc(x[xo + j + 7 * threads])
+                a0 += u0
+                a1 += u1
+                a2 += u2
+                a3 += u3
+                a4 += u4
+                a5 += u5
+                a6 += u6
+                a7 += u7
+                j += t8
             while j < length:
                 a0 += acc(x[xo + j])
                 j += threads
-        return (a0 + a1) + (a2 + a3)
+        return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 
     @cuda.jit(device=True)
     def fold(parts, nparts, tid):
@@ -223,32 +256,66 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         return v2 < v1
 
     @cuda.jit(device=True)
+    def improves(v, best, best_index, largest):
+        """Whether v, met after ``best`` in index order, replaces it: the
+        first NaN, or a strictly better value, or anything over no value."""
+        if best_index == sentinel:
+            return True
+        if v != v:
+            return best == best
+        if largest:
+            return v > best
+        return v < best
+
+    @cuda.jit(device=True)
     def thread_best(x, xo, length, tid, largest):
-        """This thread's best (value, index) of x[xo:xo+length], index from 0."""
+        """This thread's best (value, index) of x[xo:xo+length], index from 0.
+
+        Four interleaved candidates, each meeting its elements in index
+        order, so four loads are in flight before any comparison."""
         worst = low if largest else high
         bv0 = worst
-        bi0 = sentinel
         bv1 = worst
+        bv2 = worst
+        bv3 = worst
+        bi0 = sentinel
         bi1 = sentinel
+        bi2 = sentinel
+        bi3 = sentinel
         j = int64(tid)
-        while j + threads < length:
+        last = length - 3 * threads
+        while j < last:
             v0 = acc(x[xo + j])
             v1 = acc(x[xo + j + threads])
-            if better(bv0, bi0, v0, j, largest):
+            v2 = acc(x[xo + j + 2 * threads])
+            v3 = acc(x[xo + j + 3 * threads])
+            if improves(v0, bv0, bi0, largest):
                 bv0 = v0
                 bi0 = j
-            if better(bv1, bi1, v1, j + threads, largest):
+            if improves(v1, bv1, bi1, largest):
                 bv1 = v1
                 bi1 = j + threads
-            j += 2 * threads
+            if improves(v2, bv2, bi2, largest):
+                bv2 = v2
+                bi2 = j + 2 * threads
+            if improves(v3, bv3, bi3, largest):
+                bv3 = v3
+                bi3 = j + 3 * threads
+            j += 4 * threads
         while j < length:
             v0 = acc(x[xo + j])
-            if better(bv0, bi0, v0, j, largest):
+            if improves(v0, bv0, bi0, largest):
                 bv0 = v0
                 bi0 = j
             j += threads
         if better(bv0, bi0, bv1, bi1, largest):
-            return bv1, bi1
+            bv0 = bv1
+            bi0 = bi1
+        if better(bv2, bi2, bv3, bi3, largest):
+            bv2 = bv3
+            bi2 = bi3
+        if better(bv0, bi0, bv2, bi2, largest):
+            return bv2, bi2
         return bv0, bi0
 
     @cuda.jit(device=True)
