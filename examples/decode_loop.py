@@ -111,6 +111,20 @@ class Model:
         self.best = ng.DeviceScalar(0, dtype=np.int32, stream=s)
         self.pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
         self.scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
+        # Views made once: slicing a device array costs host time every step.
+        hd = cfg.head_dim
+        self.layer = [{name: dev[name][i] for name in ("norm1", "norm2", "wq", "wk", "wv",
+                                                       "wo", "w1", "w2")}
+                      for i in range(cfg.layers)]
+        for i, views in enumerate(self.layer):
+            views["k_cache"], views["v_cache"] = self.k_cache[i], self.v_cache[i]
+            views["k_heads"] = [self.k_cache[i][head] for head in range(h)]
+            views["v_heads"] = [self.v_cache[i][head] for head in range(h)]
+        self.k_parts = [self.k[head * hd:(head + 1) * hd] for head in range(h)]
+        self.v_parts = [self.v[head * hd:(head + 1) * hd] for head in range(h)]
+        self.prob_rows = [self.probs[head:head + 1] for head in range(h)]
+        self.attn_rows = [self.attn[head:head + 1] for head in range(h)]
+        self.attn_flat = self.attn.reshape(d)
 
     def reset(self, s) -> None:
         for cache in (self.k_cache, self.v_cache, self.logits_log):
@@ -118,35 +132,33 @@ class Model:
 
     def step(self, s) -> None:
         """One token at position pos[0]: every launch goes on stream s."""
-        cfg, w, hd = self.cfg, self.w, self.cfg.head_dim
+        cfg, w = self.cfg, self.w
         pos, x, h = self.pos, self.x, self.h
         ng.take_into(w["prompt"], pos, self.token, stream=s)
         ng.take_into(w["embed"], self.token, x, stream=s)
         ng.take_into(w["position"], pos, self.pe, stream=s)
         ng.add_into(x, self.pe, x, stream=s)
-        attn_flat = self.attn.reshape(cfg.dim)
         grid = ((cfg.tokens + 31) // 32, cfg.heads)
-        for layer in range(cfg.layers):
-            ng.rmsnorm_into(x, w["norm1"][layer], h, eps=EPS, stream=s)
-            ng.matvec_into(w["wq"][layer], h, self.q, stream=s)
-            ng.matvec_into(w["wk"][layer], h, self.k, stream=s)
-            ng.matvec_into(w["wv"][layer], h, self.v, stream=s)
+        for lw in self.layer:
+            ng.rmsnorm_into(x, lw["norm1"], h, eps=EPS, stream=s)
+            ng.matvec_into(lw["wq"], h, self.q, stream=s)
+            ng.matvec_into(lw["wk"], h, self.k, stream=s)
+            ng.matvec_into(lw["wv"], h, self.v, stream=s)
             for head in range(cfg.heads):
-                part = slice(head * hd, (head + 1) * hd)
-                ng.put_into(self.k[part], pos, self.k_cache[layer][head], stream=s)
-                ng.put_into(self.v[part], pos, self.v_cache[layer][head], stream=s)
-            attention_scores[grid, (32, 1), s](self.q, self.k_cache[layer], pos, self.scale,
+                ng.put_into(self.k_parts[head], pos, lw["k_heads"][head], stream=s)
+                ng.put_into(self.v_parts[head], pos, lw["v_heads"][head], stream=s)
+            attention_scores[grid, (32, 1), s](self.q, lw["k_cache"], pos, self.scale,
                                                self.scores)
             ng.softmax_into(self.scores, self.probs, stream=s)
             for head in range(cfg.heads):
-                ng.matmul_into(self.probs[head:head + 1], self.v_cache[layer][head],
-                               self.attn[head:head + 1], stream=s)
-            ng.matvec_into(w["wo"][layer], attn_flat, self.o, stream=s)
+                ng.matmul_into(self.prob_rows[head], lw["v_heads"][head],
+                               self.attn_rows[head], stream=s)
+            ng.matvec_into(lw["wo"], self.attn_flat, self.o, stream=s)
             ng.add_into(x, self.o, x, stream=s)
-            ng.rmsnorm_into(x, w["norm2"][layer], h, eps=EPS, stream=s)
-            ng.matvec_into(w["w1"][layer], h, self.f, stream=s)
+            ng.rmsnorm_into(x, lw["norm2"], h, eps=EPS, stream=s)
+            ng.matvec_into(lw["w1"], h, self.f, stream=s)
             ng.gelu_into(self.f, self.f, stream=s)
-            ng.matvec_into(w["w2"][layer], self.f, self.o, stream=s)
+            ng.matvec_into(lw["w2"], self.f, self.o, stream=s)
             ng.add_into(x, self.o, x, stream=s)
         ng.rmsnorm_into(x, w["norm_out"], h, eps=EPS, stream=s)
         ng.matvec_into(w["unembed"], h, self.logits, stream=s)
