@@ -55,7 +55,10 @@ def _scratch_for(stream: Any, dtype: np.dtype, with_index: bool) -> tuple | None
     """The stream's chunk-result arrays, or None when they do not exist and
     cannot be allocated now (a capture is in progress)."""
     handle = _backend.stream_handle(stream)
-    per_stream = _scratch.setdefault((handle, id(cuda.get_current_device())), {})
+    key = (handle, id(cuda.get_current_device()))
+    if key not in _scratch and len(_scratch) >= 256:
+        _scratch.clear()  # streams come and go; graphs keep the scratch they use
+    per_stream = _scratch.setdefault(key, {})
     key = (dtype.str, with_index)
     arrays = per_stream.get(key)
     if arrays is None:
