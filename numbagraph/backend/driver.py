@@ -11,7 +11,6 @@ from typing import Any, Callable
 import numpy as np
 from cuda.bindings import driver as cu
 from cuda.core import Stream as _CoreStream
-from cuda.core.graph import GraphCompleteOptions
 from numba import cuda
 from numba.cuda.dispatcher import CUDADispatcher
 
@@ -21,7 +20,9 @@ NAME = "cuda"
 
 _CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
 _CAPTURE_NONE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
-_COMPLETE = GraphCompleteOptions(auto_free_on_launch=True)
+_AUTO_FREE_ON_LAUNCH = int(
+    cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+)
 
 
 class DriverError(RuntimeError):
@@ -164,15 +165,23 @@ class Executable:
     def instantiated(self) -> bool:
         return self._graph is not None
 
-    def instantiate(self):
+    def instantiate(self) -> Any:
+        # Instantiated through the driver rather than GraphBuilder.complete:
+        # on the H200 with driver 580 the executable complete() makes costs
+        # 3.8-4.7 us per launch of a 1-node graph, cuGraphInstantiate's 1.76.
         if self._graph is None:
-            self._graph = self._builder.complete(_COMPLETE)
+            self._graph = _check(
+                "cuGraphInstantiate",
+                cu.cuGraphInstantiate(
+                    self._builder.graph_definition.handle, _AUTO_FREE_ON_LAUNCH
+                ),
+            )
         return self._graph
 
     def launcher(self, handle: int) -> Callable[[], None]:
         """A call that launches the graph on the stream, with every argument
         converted once: replay loops pay for the driver call alone."""
-        graph_exec = self.instantiate().handle
+        graph_exec = self.instantiate()
         stream = cu.CUstream(handle)
         graph_launch = cu.cuGraphLaunch
 
@@ -184,14 +193,20 @@ class Executable:
         return launch
 
     def upload(self, handle: int) -> None:
-        self.instantiate().upload(_core_stream(handle))
+        _check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
-        self.instantiate().update(other._builder)
+        _check(
+            "cuGraphExecUpdate",
+            cu.cuGraphExecUpdate(
+                self.instantiate(), other._builder.graph_definition.handle
+            ),
+        )
 
     def close(self) -> None:
         if self._graph is not None:
-            self._graph.close()
+            cu.cuGraphExecDestroy(self._graph)
+            self._graph = None
         self._builder.close()
 
 
