@@ -51,7 +51,7 @@ _core_streams: dict[int, _CoreStream] = {}
 
 def _core_stream(handle: int) -> _CoreStream:
     # from_handle makes a non-owning view, so a cached view stays valid for as
-    # long as the handle does; caching takes its cost off every launch.
+    # long as the handle does. Each capture's GraphBuilder is made from one.
     view = _core_streams.get(handle)
     if view is None:
         if len(_core_streams) > 1024:
