@@ -2,8 +2,9 @@
 
 A kernel captured into a graph bakes in its arguments, so a value that must
 change between replays has to live in device memory. ``DeviceScalar`` is that
-value: kernels read ``s[0]``, and ``update`` enqueues a small host-to-device
-copy on the scalar's stream, ordered before the next replay on that stream.
+value: kernels read ``s[0]``, and ``update`` enqueues a small write of it
+(a memset, or an 8-byte copy) on the scalar's stream, ordered before the
+next replay on that stream.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class DeviceScalar:
     """
 
     __slots__ = (
-        "_dtype", "_check", "_dev", "_buf", "_stream", "_handle", "_store",
+        "_dtype", "_check", "_dev", "_stream", "_handle", "_store",
         "__weakref__",
     )
 
@@ -149,10 +150,9 @@ class DeviceScalar:
         self._check = _checker(dtype)
         self._stream = cuda.default_stream() if stream is None else stream
         self._handle = _backend.stream_handle(self._stream)
-        self._buf = np.zeros(1, dtype)
-        self._buf[0] = self._check(value)
-        self._dev = cuda.to_device(self._buf, stream=self._stream)
-        self._store = _backend.scalar_store(self._dev, self._buf, self._handle)
+        initial = np.array([self._check(value)], dtype)
+        self._dev = cuda.to_device(initial, stream=self._stream)
+        self._store = _backend.scalar_store(self._dev, dtype, self._handle)
 
     @property
     def dtype(self) -> np.dtype:
@@ -169,17 +169,19 @@ class DeviceScalar:
         Raises ScalarValueError, leaving the device value unchanged, when
         ``value`` does not fit the dtype.
         """
-        self._buf[0] = self._check(value)
-        session = _sessions.get(self._handle) if _sessions else None
+        value = self._check(value)
+        if not _sessions:
+            self._store(value)
+            return
+        session = _sessions.get(self._handle)
         if session is None:
-            if _sessions:
-                guard_stream_work(
-                    self._handle, "DeviceScalar.update() on the legacy default stream"
-                )
-            self._store()
+            guard_stream_work(
+                self._handle, "DeviceScalar.update() on the legacy default stream"
+            )
+            self._store(value)
         else:
             session.keep(self)
-            _backend.scalar_store_recorded(self._dev, self._buf, self._handle)
+            _backend.scalar_store_recorded(self._dev, value, self._dtype, self._handle)
 
     @property
     def value(self) -> Any:

@@ -144,21 +144,24 @@ def test_same_shape_inputs_of_any_shape(stream, shape):
     assert_matches(out.copy_to_host(stream=stream), a + b, np.float64)
 
 
-def _long_enough_for_every_thread_to_loop():
+def _tiled_lengths():
+    """Lengths of several whole tiles of a flat kernel (4 elements per thread
+    of a block), then a last tile that is empty, or cut inside or between
+    the threads' four elements."""
     from numbagraph.backend import active
-    from numbagraph.ops._launch import BLOCKS_PER_SM
+    from numbagraph.ops._map import TILE_ITEMS
 
-    sms, threads = active.launch_limits()
-    return 4 * sms * BLOCKS_PER_SM * threads + 7
-
-
-LONG = _long_enough_for_every_thread_to_loop()
+    threads = active.launch_limits()[1]
+    tile = TILE_ITEMS * threads
+    return [3 * tile + tail for tail in (0, 1, threads - 1, threads + 1, tile - 1)]
 
 
+@pytest.mark.parametrize("length", _tiled_lengths())
 @pytest.mark.parametrize("op", ["add", "mul-scalar", "axpy", "copy"])
-def test_long_arrays_take_the_unrolled_loop(stream, op):
-    a, b = host(np.float32, LONG, seed=1), host(np.float32, LONG, seed=2)
-    x, y, out = cuda.to_device(a), cuda.to_device(b), ng.empty(LONG, np.float32)
+def test_every_element_of_every_tile_is_written(stream, op, length):
+    a, b = host(np.float32, length, seed=1), host(np.float32, length, seed=2)
+    x, y, out = cuda.to_device(a), cuda.to_device(b), ng.empty(length, np.float32)
+    ng.fill_into(out, np.nan, stream=stream)
     three = ng.DeviceScalar(3.0, dtype=np.float32, stream=stream)
     call, want = {
         "add": (lambda: ng.add_into(x, y, out, stream=stream), a + b),

@@ -118,3 +118,39 @@ def test_recorded_update_sets_every_width(stream, dtype):
         s.update(1)
     cap.graph.launch()
     assert s.value == 1
+
+
+def _awkward_values(dtype):
+    """Values whose bits are easy to get wrong: extremes, negatives, -0.0,
+    floats that must round."""
+    if dtype.kind == "b":
+        return [True, False, 1]
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return [int(info.min), int(info.max), int(info.min) + 1, int(info.max) // 3, 0]
+    big = float(np.finfo(dtype).max)
+    return [0.1, -2.5e-3, big, -big, float(np.finfo(dtype).tiny), -0.0, 1 / 3]
+
+
+def _bits(value, dtype):
+    return np.array([value], dtype).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ng.SCALAR_DTYPES, ids=str)
+def test_update_stores_the_exact_bits_numpy_would(stream, dtype):
+    s = ng.DeviceScalar(0, dtype=dtype, stream=stream)
+    for value in _awkward_values(dtype):
+        s.update(value)
+        assert _bits(s.value, dtype) == _bits(value, dtype), value
+
+
+@pytest.mark.parametrize("dtype", ng.SCALAR_DTYPES, ids=str)
+def test_recorded_update_stores_the_exact_bits_numpy_would(stream, dtype):
+    s = ng.DeviceScalar(0, dtype=dtype, stream=stream)
+    for value in _awkward_values(dtype):
+        with ng.capture(stream) as cap:
+            s.update(value)
+        s.update(0)
+        cap.graph.launch()
+        assert _bits(s.value, dtype) == _bits(value, dtype), value
+        cap.graph.close()

@@ -6,6 +6,7 @@ the user's stream, so numba launches made on that very stream are recorded.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
 
 import numpy as np
@@ -250,19 +251,56 @@ def release_frees(hold: Any) -> None:
 
 # ---------------------------------------------------------------- scalars
 
-def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
-    """A call that enqueues ``buf`` -> ``dev`` on the stream.
+# struct codes of each scalar dtype, and of the unsigned word of its size.
+_STRUCT_CODES = {
+    "b1": "?", "i1": "b", "i2": "h", "i4": "i", "i8": "q",
+    "u1": "B", "u2": "H", "u4": "I", "u8": "Q", "f2": "e", "f4": "f", "f8": "d",
+}
+_WORDS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_MEMSETS = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}
 
-    ``buf`` is pageable, so the driver has consumed it when the call returns
-    and the next store may reuse it at once; that keeps back-to-back updates
-    from overwriting each other.
+
+def _bits_of(dtype: np.dtype) -> Callable[[Any], int]:
+    """``value`` (already checked to fit ``dtype``) -> its bits as an unsigned int."""
+    if dtype.kind in "biu":
+        mask = (1 << (8 * dtype.itemsize)) - 1
+        return lambda value: int(value) & mask
+    pack = struct.Struct("<" + _STRUCT_CODES[dtype.kind + str(dtype.itemsize)]).pack
+    unpack = struct.Struct("<" + _WORDS[dtype.itemsize]).unpack
+    return lambda value: unpack(pack(value))[0]
+
+
+def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None]:
+    """A call ``store(value)`` that enqueues "set ``dev`` to ``value``" on the
+    stream; ``value`` has been checked to fit ``dtype``.
+
+    Scalars of up to 4 bytes are set by a memset that carries the value in
+    the call itself: no host buffer is involved, and on the H200 it costs
+    ~2.1 us against ~2.6 for a 4-byte copy. 8-byte scalars (two memsets would
+    cost ~4.1 us) are copied from a pageable buffer, which the driver has
+    consumed when the call returns, so back-to-back updates never overwrite
+    one another.
     """
+    dtype = np.dtype(dtype)
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
-    src, nbytes = buf.ctypes.data, buf.nbytes
     stream = cu.CUstream(handle)
+    if dtype.itemsize in _MEMSETS:
+        name = _MEMSETS[dtype.itemsize]
+        memset, bits = getattr(cu, name), _bits_of(dtype)
+
+        def store(value: Any) -> None:
+            err, = memset(dst, bits(value), 1, stream)
+            if err:
+                raise DriverError(name, err)
+
+        return store
+
+    buf = np.zeros(1, dtype)
+    src, nbytes = buf.ctypes.data, buf.nbytes
     copy = cu.cuMemcpyHtoDAsync
 
-    def store() -> None:
+    def store(value: Any) -> None:
+        buf[0] = value
         err, = copy(dst, src, nbytes, stream)
         if err:
             raise DriverError("cuMemcpyHtoDAsync", err)
@@ -270,25 +308,22 @@ def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
     return store
 
 
-def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
-    """Record "set the scalar to ``buf``" into the capture on the stream.
+def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) -> None:
+    """Record "set the scalar to ``value``" into the capture on the stream.
 
     Memset nodes carry their value inside the graph, so nothing on the host
-    has to outlive the call.
+    has to outlive the call; an 8-byte value takes two 4-byte memsets.
     """
+    dtype = np.dtype(dtype)
     ptr = dev.device_ctypes_pointer.value
-    raw = buf.tobytes()
-    if len(raw) == 1:
-        _check("cuMemsetD8Async", cu.cuMemsetD8Async(ptr, raw[0], 1, handle))
-    elif len(raw) == 2:
-        value = int(np.frombuffer(raw, np.uint16)[0])
-        _check("cuMemsetD16Async", cu.cuMemsetD16Async(ptr, value, 1, handle))
-    else:
-        for i, word in enumerate(np.frombuffer(raw, np.uint32)):
-            _check(
-                "cuMemsetD32Async",
-                cu.cuMemsetD32Async(ptr + 4 * i, int(word), 1, handle),
-            )
+    bits = _bits_of(dtype)(value)
+    if dtype.itemsize in _MEMSETS:
+        name = _MEMSETS[dtype.itemsize]
+        _check(name, getattr(cu, name)(ptr, bits, 1, handle))
+        return
+    for i in range(dtype.itemsize // 4):
+        word = (bits >> (32 * i)) & 0xFFFFFFFF
+        _check("cuMemsetD32Async", cu.cuMemsetD32Async(ptr + 4 * i, word, 1, handle))
 
 
 def array_interface(dev: Any) -> dict:

@@ -234,14 +234,20 @@ for _name in ("to_device", "device_array_like"):
 
 # ---------------------------------------------------------------- scalars
 
-def scalar_store(dev: Any, buf: np.ndarray, handle: int) -> Callable[[], None]:
-    """A call that copies ``buf`` -> ``dev`` (at once: the simulator is synchronous)."""
-    return functools.partial(_copy_to_device, dev, buf)
+def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None]:
+    """A call ``store(value)`` that sets ``dev`` to ``value`` (at once: the
+    simulator is synchronous)."""
+    dtype = np.dtype(dtype)
+
+    def store(value: Any) -> None:
+        _copy_to_device(dev, np.array([value], dtype))
+
+    return store
 
 
-def scalar_store_recorded(dev: Any, buf: np.ndarray, handle: int) -> None:
-    value = buf.copy()
-    _recordings[handle].nodes.append(functools.partial(_copy_to_device, dev, value))
+def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) -> None:
+    held = np.array([value], np.dtype(dtype))
+    _recordings[handle].nodes.append(functools.partial(_copy_to_device, dev, held))
 
 
 def array_interface(dev: Any) -> dict:

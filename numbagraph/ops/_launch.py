@@ -4,7 +4,8 @@ Each op kernel is built by a factory for one combination of dtypes and
 compiled once, with an explicit signature, the first time that combination is
 used; later calls, inside a capture or not, find it in the cache. Grids are
 sized from the device: a few blocks per multiprocessor, with grid-stride
-loops covering the rest.
+loops covering the rest, or, for streaming elementwise kernels, one block per
+tile of the array.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "BLOCKS_PER_SM",
     "limits",
     "blocks_for",
+    "tiles_for",
     "launch_stream",
     "compiled",
     "array_type",
@@ -48,6 +50,15 @@ def blocks_for(n: int) -> int:
     BLOCKS_PER_SM per multiprocessor."""
     sms, threads = _backend.launch_limits()
     return max(1, min(-(-n // threads), sms * BLOCKS_PER_SM))
+
+
+_MAX_GRID_X = 2**31 - 1
+
+
+def tiles_for(n: int, tile: int) -> int:
+    """Blocks for ``n`` items cut into tiles of ``tile``: one block per tile
+    (beyond CUDA's grid limit, blocks loop over tiles)."""
+    return max(1, min(-(-n // tile), _MAX_GRID_X))
 
 
 _streams: dict[int, Any] = {}
