@@ -168,16 +168,38 @@ def test_replays_reduce_to_the_same_bits(stream, op):
     assert seen == {np.asarray(eager, out.dtype).tobytes()}
 
 
-def test_reduction_captured_before_any_eager_run_gives_the_eager_bits(other_stream):
-    s = other_stream  # a stream no reduction has run on yet
-    x = cuda.to_device(host(MANY, 3) * np.float32(100))
-    out = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
+def _every_part_busy():
+    """A length dealt out to every part of a reduction, twice over."""
+    from numbagraph.ops import _reduce_kernels
+    from numbagraph.ops.reduce import _max_parts
+
+    return 2 * _max_parts() * _reduce_kernels.ADDITIVE_UNROLL * active.launch_limits()[1] + 7
+
+
+@pytest.mark.parametrize("op", ["sum", "dot", "argmax", "min"])
+@pytest.mark.parametrize("n", [MANY, _every_part_busy()])
+def test_reduction_captured_before_any_eager_run_gives_the_eager_bits(op, n):
+    from numbagraph.ops import reduce as reductions
+
+    s = cuda.stream()
+    # No scratch for this stream (its handle may be a freed stream's).
+    reductions._scratch.pop((active.stream_handle(s), id(cuda.get_current_device())), None)
+    x = cuda.to_device(host(n, 3) * np.float32(100))
+    index = op.startswith("arg")
+    out = ng.DeviceScalar(0, dtype=np.int64 if index else np.float32, stream=s)
+
+    def reduce():
+        if op == "dot":
+            ng.dot_into(x, x, out, stream=s)
+        else:
+            getattr(ng, f"{op}_into")(x, out, stream=s)
+
     with ng.capture(s) as cap:
-        ng.sum_into(x, out, stream=s)
+        reduce()  # in one block, as no scratch can be allocated in a capture
     cap.graph.launch()
-    captured = np.float32(out.value)
-    ng.sum_into(x, out, stream=s)
-    assert np.float32(out.value).tobytes() == captured.tobytes()
+    captured = np.asarray(out.value, out.dtype).tobytes()
+    reduce()  # over many blocks, the scratch allocated now
+    assert np.asarray(out.value, out.dtype).tobytes() == captured
 
 
 def test_foreign_array_naming_the_capturing_stream_is_not_synchronised(stream):

@@ -76,10 +76,12 @@ def test_long_arrays_reduce_over_many_blocks(stream, op, dtype, n):
 
 
 def _long_enough_for_every_part_to_loop():
-    from numbagraph.ops._launch import BLOCKS_PER_SM
+    """Every part takes two whole tiles, one part a third, partial one."""
+    from numbagraph.ops import _reduce_kernels
+    from numbagraph.ops.reduce import _max_parts
 
-    sms, threads = active.launch_limits()
-    return sms * BLOCKS_PER_SM * 8 * threads + 5
+    tile = _reduce_kernels.ADDITIVE_UNROLL * active.launch_limits()[1]
+    return 2 * _max_parts() * tile + tile // 2 + 5
 
 
 LONGEST = _long_enough_for_every_part_to_loop()

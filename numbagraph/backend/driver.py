@@ -47,20 +47,6 @@ def _check(call: str, ret: tuple) -> Any:
 
 # ---------------------------------------------------------------- streams
 
-_core_streams: dict[int, _CoreStream] = {}
-
-
-def _core_stream(handle: int) -> _CoreStream:
-    # from_handle makes a non-owning view, so a cached view stays valid for as
-    # long as the handle does. Each capture's GraphBuilder is made from one.
-    view = _core_streams.get(handle)
-    if view is None:
-        if len(_core_streams) > 1024:
-            _core_streams.clear()
-        view = _core_streams[handle] = _CoreStream.from_handle(handle)
-    return view
-
-
 _CAPTURE_INVALIDATED = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
 
 
@@ -89,7 +75,10 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        self._builder = _core_stream(handle).create_graph_builder()
+        # A non-owning cuda.core view of the stream, made per capture: a view
+        # remembers the stream's context, which a device reset replaces while
+        # a new stream may get the old handle.
+        self._builder = _CoreStream.from_handle(handle).create_graph_builder()
         self._builder.begin_building(mode)
 
     @property
@@ -237,10 +226,26 @@ def joins_legacy_stream(handle: int) -> bool:
     return not int(flags) & _NON_BLOCKING
 
 
+# numba's Context per CUDA context handle: cuda.current_context() costs
+# ~20 us a call, which was half the cost of beginning a capture.
+_numba_contexts: dict[int, Any] = {}
+
+
+def _numba_context() -> Any:
+    err, current = cu.cuCtxGetCurrent()
+    key = int(current) if err == cu.CUresult.CUDA_SUCCESS else 0
+    ctx = _numba_contexts.get(key) if key else None
+    # A device reset (cuda.close()) gives the device a new Context object.
+    if ctx is None or ctx.device.primary_context is not ctx:
+        ctx = cuda.current_context()
+        _numba_contexts[int(ctx.handle)] = ctx
+    return ctx
+
+
 def hold_frees() -> Any:
     """Defer numba's frees (memory, streams, events) until ``release_frees``:
     cuMemFree during a capture is refused and invalidates it."""
-    hold = cuda.current_context().defer_cleanup()
+    hold = _numba_context().defer_cleanup()
     hold.__enter__()
     return hold
 

@@ -36,11 +36,15 @@ def _load(array, value, mode, i):
     return value
 
 
-def _flat_template(f: Callable) -> Callable:
+def _flat_template(f: Callable, modes: tuple[int, int, int]) -> Callable:
     fn = cuda.jit(device=True)(f)
     int64 = types.int64
+    # The operand modes are compiled in, so each load is one plain load (or
+    # none): with a run-time mode, a multiply by a DeviceScalar ran at 3.7
+    # TB/s on the H200 against 4.1 for a copy.
+    am, bm, cm = modes
 
-    def kernel(a, av, am, b, bv, bm, c, cv, cm, out, n):
+    def kernel(a, av, b, bv, c, cv, out, n):
         if am == SCALAR:
             av = a[0]
         if bm == SCALAR:
@@ -146,16 +150,17 @@ def run(
     dtypes = tuple(item.dtype for item in slots)
     flat = all(item.is_scalar or rs_cs[1] == 1 and item.shape == out_shape
                for item, rs_cs in zip(slots, strides))
-    sig_inputs = []
-    for dtype in dtypes:
-        sig_inputs += [_launch.array_type(dtype), _launch.scalar_type(dtype), _launch.INDEX]
     if flat:
+        modes = tuple(item.mode for item in slots)
+        sig_inputs = []
+        for dtype in dtypes:
+            sig_inputs += [_launch.array_type(dtype), _launch.scalar_type(dtype)]
         kernel = _launch.compiled(
-            ("map.flat", key, dtypes, out.dtype),
-            lambda: (_flat_template(make_fn()),
+            ("map.flat", key, dtypes, modes, out.dtype),
+            lambda: (_flat_template(make_fn(), modes),
                      (*sig_inputs, _launch.array_type(out.dtype), _launch.INDEX)),
         )
-        flat_args = [x for triple in args for x in triple]
+        flat_args = [x for array, value, _ in args for x in (array, value)]
         threads = _launch.limits()[1]
         kernel[_launch.tiles_for(size, TILE_ITEMS * threads), threads, launch_on](
             *flat_args, out_flat, size

@@ -4,18 +4,24 @@ Floating-point addition is not associative, so where a sum's terms meet
 decides its last bits. Here that order depends only on the input's length,
 never on timing or on how many blocks run:
 
-* A whole array is cut into ``parts`` chunks (a count fixed by its length).
-  One block of ``T`` threads reduces a chunk: thread ``t`` folds elements
-  ``t, t+T, ...`` into four accumulators in turn, and the block combines its
-  threads' values in a fixed tree in shared memory.
-* The chunk results are folded in the same way by one block: thread ``t``
-  takes chunks ``t, t+T, ...`` in order, then the tree.
+* A whole array is cut into tiles of ``U * T`` elements (``U`` loads per
+  thread, ``T`` threads) dealt out to ``parts`` parts (a count fixed by its
+  length): part ``p`` takes tiles ``p, p + parts, ...``. One block of ``T``
+  threads reduces a part: thread ``t`` folds element ``t + k*T`` of each of
+  its tiles into accumulator ``k``, and the block combines its threads'
+  values in a fixed tree in shared memory. Dealing tiles out keeps the
+  blocks in flight on neighbouring tiles, which is what runs at full memory
+  bandwidth (a contiguous chunk per block ran at 3.7 TB/s on the H200, dealt
+  tiles at 4.35).
+* The part results are folded in the same way by one block: thread ``t``
+  takes parts ``t, t+T, ...`` in order, then the tree.
 
-Large inputs run the chunks on many blocks (``parts``), keeping chunk
-results in a scratch array, then fold them (``finish``). ``single`` does the
-same arithmetic in one block, keeping chunk results in shared memory; it
-needs no scratch and gives the same bits. Rows of a 2-D array are reduced by
-one block each (``rows``). No floating-point atomics are used anywhere.
+Large inputs run the parts on many blocks (``parts``), keeping part results
+in a scratch array, then fold them (``finish``). ``single`` does the same
+arithmetic in one block, keeping part results in shared memory; it needs no
+scratch and gives the same bits. Rows of a 2-D array are reduced by one
+block each (``rows``), each thread taking a row's elements ``t, t+T, ...``.
+No floating-point atomics are used anywhere.
 
 Maximum, minimum and their arguments carry (value, index) pairs and pick the
 larger value, NaN above all, and the smaller index on ties: a total order,
@@ -32,6 +38,8 @@ from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
 __all__ = [
+    "ADDITIVE_UNROLL",
+    "EXTREME_UNROLL",
     "additive_accumulator",
     "extreme_accumulator",
     "additive_kernels",
@@ -42,6 +50,10 @@ __all__ = [
 ]
 
 FIN_NONE, FIN_MEAN, FIN_SQRT = 0, 1, 2
+
+# Loads each thread has in flight: its elements of one tile.
+ADDITIVE_UNROLL = 8
+EXTREME_UNROLL = 4
 
 _INDEX_SENTINEL = np.iinfo(np.int64).max
 
@@ -87,7 +99,7 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
     acc = from_dtype(acc_np)
     zero = acc_np.type(0)
     tree = _tree_sum(threads)
-    t8 = 8 * threads
+    t8 = ADDITIVE_UNROLL * threads
     int64 = types.int64
 
     if acc_np.kind == "f":
@@ -104,8 +116,10 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
             return total
 
     @cuda.jit(device=True)
-    def thread_sum(x, y, has_y, xo, yo, length, tid):
-        """This thread's share of x[xo:xo+length] (times y[yo:...] if has_y).
+    def thread_sum(x, y, has_y, xo, yo, first, step, length, tid):
+        """This thread's share of x[xo:xo+length] (times y[yo:...] if has_y):
+        from ``first``, every ``step`` elements a tile of ``U*T``, of which
+        it takes element ``tid + k*T`` into accumulator ``k``.
 
         Eight loads are issued before their sums: with one thread reading one
         stream, that is what keeps enough bytes in flight for full bandwidth.
@@ -118,10 +132,9 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
         a5 = zero
         a6 = zero
         a7 = zero
-        j = int64(tid)
-        last = length - 7 * threads
+        j = int64(first) + tid
         if has_y:
-            while j < last:
+            while j + 7 * threads < length:
                 u0 = acc(x[xo + j])
                 u1 = acc(x[xo + j + threads])
                 u2 = acc(x[xo + j + 2 * threads])
@@ -138,12 +151,12 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
                 a5 += u5 * acc(y[yo + j + 5 * threads])
                 a6 += u6 * acc(y[yo + j + 6 * threads])
                 a7 += u7 * acc(y[yo + j + 7 * threads])
-                j += t8
-            while j < length:
+                j += step
+            while j < length:  # this thread's share of the last, partial tile
                 a0 += acc(x[xo + j]) * acc(y[yo + j])
                 j += threads
         else:
-            while j < last:
+            while j + 7 * threads < length:
                 u0 = acc(x[xo + j])
                 u1 = acc(x[xo + j + threads])
                 u2 = acc(x[xo + j + 2 * threads])
@@ -160,7 +173,7 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
                 a5 += u5
                 a6 += u6
                 a7 += u7
-                j += t8
+                j += step
             while j < length:
                 a0 += acc(x[xo + j])
                 j += threads
@@ -175,13 +188,12 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
             p += threads
         return total
 
-    def parts_kernel(x, y, has_y, n, chunk, nparts, parts):
+    def parts_kernel(x, y, has_y, n, nparts, parts):
         sh = cuda.shared.array(threads, acc)
         tid = cuda.threadIdx.x
         p = int64(cuda.blockIdx.x)
         while p < nparts:
-            lo = p * chunk
-            total = tree(sh, thread_sum(x, y, has_y, lo, lo, min(chunk, n - lo), tid), tid)
+            total = tree(sh, thread_sum(x, y, has_y, 0, 0, p * t8, nparts * t8, n, tid), tid)
             if tid == 0:
                 parts[p] = total
             p += cuda.gridDim.x
@@ -193,13 +205,12 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
         if tid == 0:
             out[0] = finalize(total, count, fin)
 
-    def single_kernel(x, y, has_y, n, chunk, nparts, out, fin):
+    def single_kernel(x, y, has_y, n, nparts, out, fin):
         sh = cuda.shared.array(threads, acc)
         held = cuda.shared.array(max_parts, acc)
         tid = cuda.threadIdx.x
         for p in range(nparts):
-            lo = p * chunk
-            total = tree(sh, thread_sum(x, y, has_y, lo, lo, min(chunk, n - lo), tid), tid)
+            total = tree(sh, thread_sum(x, y, has_y, 0, 0, p * t8, nparts * t8, n, tid), tid)
             if tid == 0:
                 held[p] = total
         cuda.syncthreads()
@@ -212,7 +223,8 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
         tid = cuda.threadIdx.x
         r = int64(cuda.blockIdx.x)
         while r < rows:
-            total = tree(sh, thread_sum(x, y, has_y, r * cols, r * y_row_stride, cols, tid), tid)
+            total = tree(sh, thread_sum(x, y, has_y, r * cols, r * y_row_stride, 0, t8, cols,
+                                        tid), tid)
             if tid == 0:
                 out[r] = finalize(total, cols, fin)
             r += cuda.gridDim.x
@@ -239,6 +251,7 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         low, high = acc_np.type(info.min), acc_np.type(info.max)
     sentinel = np.int64(_INDEX_SENTINEL)
     int64 = types.int64
+    t4 = EXTREME_UNROLL * threads
 
     @cuda.jit(device=True)
     def better(v1, i1, v2, i2, largest):
@@ -268,8 +281,9 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         return v < best
 
     @cuda.jit(device=True)
-    def thread_best(x, xo, length, tid, largest):
-        """This thread's best (value, index) of x[xo:xo+length], index from 0.
+    def thread_best(x, xo, first, step, length, tid, largest):
+        """This thread's best (value, index) of x[xo:xo+length], index from 0,
+        walking tiles as ``thread_sum`` does.
 
         Four interleaved candidates, each meeting its elements in index
         order, so four loads are in flight before any comparison."""
@@ -282,9 +296,8 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         bi1 = sentinel
         bi2 = sentinel
         bi3 = sentinel
-        j = int64(tid)
-        last = length - 3 * threads
-        while j < last:
+        j = int64(first) + tid
+        while j + 3 * threads < length:
             v0 = acc(x[xo + j])
             v1 = acc(x[xo + j + threads])
             v2 = acc(x[xo + j + 2 * threads])
@@ -301,7 +314,7 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
             if improves(v3, bv3, bi3, largest):
                 bv3 = v3
                 bi3 = j + 3 * threads
-            j += 4 * threads
+            j += step
         while j < length:
             v0 = acc(x[xo + j])
             if improves(v0, bv0, bi0, largest):
@@ -355,22 +368,19 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         else:
             out[k] = value
 
-    def chunk_best(x, n, chunk, p, tid, shv, shi, largest):
-        lo = p * chunk
-        v, i = thread_best(x, lo, min(chunk, n - lo), tid, largest)
-        if i != sentinel:
-            i += lo
+    def part_best(x, n, p, nparts, tid, shv, shi, largest):
+        v, i = thread_best(x, 0, p * t4, nparts * t4, n, tid, largest)
         return tree(shv, shi, v, i, tid, largest)
 
-    chunk_best = cuda.jit(device=True)(chunk_best)
+    part_best = cuda.jit(device=True)(part_best)
 
-    def parts_kernel(x, n, chunk, nparts, parts_v, parts_i, largest):
+    def parts_kernel(x, n, nparts, parts_v, parts_i, largest):
         shv = cuda.shared.array(threads, acc)
         shi = cuda.shared.array(threads, int64)
         tid = cuda.threadIdx.x
         p = int64(cuda.blockIdx.x)
         while p < nparts:
-            v, i = chunk_best(x, n, chunk, p, tid, shv, shi, largest)
+            v, i = part_best(x, n, p, nparts, tid, shv, shi, largest)
             if tid == 0:
                 parts_v[p] = v
                 parts_i[p] = i
@@ -385,14 +395,14 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         if tid == 0:
             store(out, 0, v, i)
 
-    def single_kernel(x, n, chunk, nparts, out, largest):
+    def single_kernel(x, n, nparts, out, largest):
         shv = cuda.shared.array(threads, acc)
         shi = cuda.shared.array(threads, int64)
         held_v = cuda.shared.array(max_parts, acc)
         held_i = cuda.shared.array(max_parts, int64)
         tid = cuda.threadIdx.x
         for p in range(nparts):
-            v, i = chunk_best(x, n, chunk, p, tid, shv, shi, largest)
+            v, i = part_best(x, n, p, nparts, tid, shv, shi, largest)
             if tid == 0:
                 held_v[p] = v
                 held_i[p] = i
@@ -408,7 +418,7 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         tid = cuda.threadIdx.x
         r = int64(cuda.blockIdx.x)
         while r < rows:
-            v, i = thread_best(x, r * cols, cols, tid, largest)
+            v, i = thread_best(x, r * cols, 0, t4, cols, tid, largest)
             v, i = tree(shv, shi, v, i, tid, largest)
             if tid == 0:
                 store(out, r, v, i)
