@@ -41,6 +41,7 @@ __all__ = [
     "ADDITIVE_UNROLL",
     "EXTREME_UNROLL",
     "additive_accumulator",
+    "block_tree_sum",
     "extreme_accumulator",
     "additive_kernels",
     "extreme_kernels",
@@ -73,10 +74,12 @@ def extreme_accumulator(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def _tree_sum(threads: int) -> Callable:
+def block_tree_sum(threads: int) -> Callable:
+    """``tree(sh, value, tid)``: every thread's ``value`` summed over a block of
+    ``threads`` in a fixed tree in the shared array ``sh``; all threads get it."""
+
     @cuda.jit(device=True)
     def tree(sh, value, tid):
-        """Every thread's ``value`` summed in a fixed tree; all threads get it."""
         sh[tid] = value
         cuda.syncthreads()
         step = threads // 2
@@ -98,7 +101,7 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int) -> dict:
     acc_np = additive_accumulator(dtype)
     acc = from_dtype(acc_np)
     zero = acc_np.type(0)
-    tree = _tree_sum(threads)
+    tree = block_tree_sum(threads)
     t8 = ADDITIVE_UNROLL * threads
     int64 = types.int64
 

@@ -17,6 +17,7 @@ from numba import cuda, types
 from ..errors import OpError
 from . import _launch
 from ._operands import FLOATS, check_dtype, device_array, flat, row_view
+from ._reduce_kernels import block_tree_sum
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
 
@@ -30,19 +31,7 @@ def _rows_kernel(dtype: np.dtype, threads: int):
     lowest = acc_np.type(-np.inf)
     int64 = types.int64
 
-    @cuda.jit(device=True)
-    def tree_sum(sh, value, tid):
-        sh[tid] = value
-        cuda.syncthreads()
-        step = threads // 2
-        while step > 0:
-            if tid < step:
-                sh[tid] = sh[tid] + sh[tid + step]
-            cuda.syncthreads()
-            step //= 2
-        total = sh[0]
-        cuda.syncthreads()
-        return total
+    tree_sum = block_tree_sum(threads)
 
     @cuda.jit(device=True)
     def tree_max(sh, value, tid):
