@@ -55,7 +55,7 @@ class _Session:
         # Set when another thread's refused operation invalidated this
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
-        self.events: weakref.WeakSet = weakref.WeakSet()  # recorded inside
+        self.events: weakref.WeakSet | None = None  # recorded inside; made on first use
         # Freeing memory during a capture can break it; frees wait until the
         # last capture ends.
         self._frees = _backend.hold_frees()

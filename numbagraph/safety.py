@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -348,7 +349,7 @@ def _check_stream_synchronize(self: Any) -> None:
 def _recorded_in(event: Any) -> Any:
     """The capture in progress that ``event`` was last recorded in, if any."""
     for session in active_sessions():
-        if event in session.events:
+        if session.events is not None and event in session.events:
             return session
     return None
 
@@ -388,8 +389,10 @@ def _track_event_record(self: Any, stream: Any = 0) -> None:
     handle = _handle(stream)
     for session in active_sessions():
         if session.handle == handle:
+            if session.events is None:
+                session.events = weakref.WeakSet()
             session.events.add(self)
-        else:
+        elif session.events is not None:
             session.events.discard(self)
 
 
@@ -447,7 +450,7 @@ def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     session = _sessions.get(handle)
     if session is not None and session.failure is not None:
         raise_if_invalidated(session)
-    if _is_legacy(handle):
+    if handle in _LEGACY_DEFAULT_HANDLES:
         _check_legacy_work(
             f"launching {_kernel_name(kernel)} on the legacy default stream", handle
         )

@@ -47,6 +47,24 @@ def _check(call: str, ret: tuple) -> Any:
 
 # ---------------------------------------------------------------- streams
 
+_core_streams: dict[int, tuple[Any, _CoreStream]] = {}
+
+
+def _core_stream(handle: int) -> _CoreStream:
+    """A non-owning cuda.core view of the stream, made once per handle
+    (making one costs a few us of every capture's begin). A view remembers
+    the stream's context, so it is made again once numba's context for the
+    thread has changed: after a device reset a new stream may get an old
+    handle."""
+    ctx = _numba_context()
+    entry = _core_streams.get(handle)
+    if entry is None or entry[0] is not ctx:
+        if len(_core_streams) > 1024:
+            _core_streams.clear()
+        entry = _core_streams[handle] = (ctx, _CoreStream.from_handle(handle))
+    return entry[1]
+
+
 _CAPTURE_INVALIDATED = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
 
 
@@ -75,10 +93,7 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        # A non-owning cuda.core view of the stream, made per capture: a view
-        # remembers the stream's context, which a device reset replaces while
-        # a new stream may get the old handle.
-        self._builder = _CoreStream.from_handle(handle).create_graph_builder()
+        self._builder = _core_stream(handle).create_graph_builder()
         self._builder.begin_building(mode)
 
     @property
