@@ -450,7 +450,7 @@ def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     session = _sessions.get(handle)
     if session is not None and session.failure is not None:
         raise_if_invalidated(session)
-    if handle in _LEGACY_DEFAULT_HANDLES:
+    if _is_legacy(handle):
         _check_legacy_work(
             f"launching {_kernel_name(kernel)} on the legacy default stream", handle
         )

@@ -6,9 +6,11 @@ time the R replays on the GPU; per node = elapsed / (R * N), median of the
 trials. Each framework's graph is built, timed and freed before the next
 one's, as the C++ floor's lives alone in its process: on the H200 a
 1000-node graph replayed at 0.90 us per node alone and at 1.07 with four
-other 1000-node graphs uploaded and not yet launched; with every
-framework's graph alive at once, numbagraph, cuda.core and CuPy all
-measured 1.08-1.10 (C++ 0.93). Peers: numbagraph (on
+other 1000-node graphs uploaded and not yet launched. That is not all that
+moves the number: with PyTorch, CuPy and cuda.core all loaded in the
+process, numbagraph, cuda.core and CuPy replay at 1.08-1.10 even one graph
+at a time, against 0.88-0.91 with at most one of them loaded (C++ 0.93).
+Peers: numbagraph (on
 ``cuda.stream()``, and on a non-blocking stream), the same numba launches
 captured and replayed through cuda.core directly, torch.cuda.CUDAGraph, CuPy
 stream capture of a RawKernel, and the C++ floor (cudaStreamBeginCapture +
