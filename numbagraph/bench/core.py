@@ -142,11 +142,16 @@ class SuiteResult:
 
 class Context:
     """What a suite is given: the configuration, a progress line printer,
-    and peers it can share with other suites (built once per run)."""
+    and peers it can share with other suites (built once per run).
 
-    def __init__(self, config: Config, *, stream: Any = None):
+    Progress lines go to ``stream`` (default: stderr), or to ``say(message)``
+    when given (a child process relaying them to its parent)."""
+
+    def __init__(self, config: Config, *, stream: Any = None,
+                 say: Callable[[str], None] | None = None):
         self.config = config
         self._out = stream
+        self._say = say
         self._start = time.perf_counter()
         self._suite = ""
         self._shared: dict[str, Any] = {}
@@ -156,6 +161,9 @@ class Context:
         self._suite = label
 
     def progress(self, message: str) -> None:
+        if self._say is not None:
+            self._say(message)
+            return
         elapsed = time.perf_counter() - self._start
         print(f"[{elapsed:6.1f}s {self._suite}] {message}",
               file=self._out or sys.stderr, flush=True)

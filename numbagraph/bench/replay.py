@@ -3,18 +3,17 @@
 Each framework captures N launches of the tiny kernel into a graph, uploads
 it, and replays it R times back to back. CUDA events on the replay stream
 time the R replays on the GPU; per node = elapsed / (R * N), median of the
-trials. Each framework's graph is built, timed and freed before the next
-one's, as the C++ floor's lives alone in its process: on the H200 a
-1000-node graph replayed at 0.90 us per node alone and at 1.07 with four
-other 1000-node graphs uploaded and not yet launched. That is not all that
-moves the number: with PyTorch, CuPy and cuda.core all loaded in the
-process, numbagraph, cuda.core and CuPy replay at 1.08-1.10 even one graph
-at a time, against 0.88-0.91 with at most one of them loaded (C++ 0.93).
-Peers: numbagraph (on
-``cuda.stream()``, and on a non-blocking stream), the same numba launches
-captured and replayed through cuda.core directly, torch.cuda.CUDAGraph, CuPy
-stream capture of a RawKernel, and the C++ floor (cudaStreamBeginCapture +
-cudaGraphLaunch, on a non-blocking stream and on a blocking one).
+trials. Every peer runs in a Python process of its own, as the C++ floor
+does (see :mod:`~numbagraph.bench.isolation`), and frees each graph before
+building the next: on the H200 a 1000-node graph replayed at 0.90 us per
+node alone and at 1.07 with four other 1000-node graphs uploaded and not
+yet launched, and with every peer in one process each of them measured
+1.08-1.10 against 0.88-0.92 alone.
+Peers: numbagraph (on ``cuda.stream()``, and on a non-blocking stream), the
+same numba launches captured and replayed through cuda.core directly,
+torch.cuda.CUDAGraph, CuPy stream capture of a RawKernel, and the C++ floor
+(cudaStreamBeginCapture + cudaGraphLaunch, on a non-blocking stream and on
+a blocking one).
 """
 
 from __future__ import annotations
@@ -29,11 +28,12 @@ import numbagraph as ng
 
 from .core import Context, SuiteResult
 from .floor import PEER, PEER_BLOCKING, floor
+from .isolation import run_isolated
 from .peers import (cupy_cuda, cupy_tiny, numba_tiny, numba_tiny_nonblocking, raw_driver,
                     torch_cuda)
 from .timing import Contender
 
-__all__ = ["NAME", "TITLE", "run", "torch_tiny", "cupy_stream_tiny"]
+__all__ = ["NAME", "TITLE", "run", "measure_peer", "torch_tiny", "cupy_stream_tiny"]
 
 NAME = "replay"
 TITLE = "Replay cost per node"
@@ -183,21 +183,28 @@ PEERS = {
 }
 
 
-def run(ctx: Context) -> SuiteResult:
-    """Measure replay cost per node for every peer present."""
-    result = SuiteResult(NAME, TITLE, UNIT)
+def measure_peer(ctx: Context, result: SuiteResult, peer: str) -> None:
+    """Measure ``peer`` at every graph size, one graph alive at a time."""
+    setup = PEERS[peer]
     for nodes in ctx.config.graph_sizes:
-        for peer, setup in PEERS.items():  # one graph alive at a time
-            ctx.compare(result, _case(nodes),
-                        {peer: lambda setup=setup, nodes=nodes: setup(ctx, nodes)},
-                        unit=UNIT, param=nodes)
-            gc.collect()  # a peer's graph without close() goes with its contender
+        ctx.compare(result, _case(nodes),
+                    {peer: lambda nodes=nodes: setup(ctx, nodes)},
+                    unit=UNIT, param=nodes)
+        gc.collect()  # a peer's graph without close() goes with its contender
+
+
+def run(ctx: Context) -> SuiteResult:
+    """Measure replay cost per node for every peer present, each peer in a
+    process of its own."""
+    result = SuiteResult(NAME, TITLE, UNIT)
+    for peer in PEERS:
+        run_isolated(ctx, result, __name__, peer)
     ctx.attempt(result, PEER, lambda: _cpp(False)(ctx))
     ctx.attempt(result, PEER_BLOCKING, lambda: _cpp(True)(ctx))
     result.notes.append(
         "CUDA events on the replay stream around R back-to-back replays of an "
         "uploaded graph; per node = elapsed / (R x nodes); median of "
-        f"{ctx.config.trials} trials after one untimed batch; one framework's "
-        "graph alive at a time"
+        f"{ctx.config.trials} trials after one untimed batch; each peer in a "
+        "Python process of its own, one graph alive at a time"
     )
     return result

@@ -150,10 +150,10 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     acc = _rk.additive_accumulator(dtype)
     _, threads = _launch.limits()
     max_parts = _max_parts()
-    family = ("add", dtype.str, threads, max_parts)
+    family = ("add", dtype.str, threads, max_parts, has_y)
 
     def build():
-        return _rk.additive_kernels(dtype, threads, max_parts)
+        return _rk.additive_kernels(dtype, threads, max_parts, has_y)
 
     arr, acc_arr = _launch.array_type(dtype), _launch.array_type(acc)
     i64 = _launch.INDEX
@@ -165,10 +165,9 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
         if rows == 0:
             return
         kernel = _kernel("rows", family + (out_dev.dtype.str,), build,
-                         (arr, arr, types.boolean, i64, i64, i64, _launch.array_type(out_dev.dtype),
-                          i64))
+                         (arr, arr, i64, i64, i64, _launch.array_type(out_dev.dtype), i64))
         kernel[min(rows, max_parts), threads, launch_on](
-            xf, yf, has_y, y_row_stride, rows, cols, out_dev, fin)
+            xf, yf, y_row_stride, rows, cols, out_dev, fin)
         return
     out_dev = _whole_out(out, (dtype,), op)
     out_t = _launch.array_type(out_dev.dtype)
@@ -176,14 +175,13 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     parts = _plan(n, _rk.ADDITIVE_UNROLL)
     scratch = _scratch_for(stream, acc, False) if parts > 1 else None
     if scratch is None:
-        kernel = _kernel("single", family, build,
-                         (arr, arr, types.boolean, i64, i64, out_t, i64))
-        kernel[1, threads, launch_on](xf, yf, has_y, n, parts, out_dev, fin)
+        kernel = _kernel("single", family, build, (arr, arr, i64, i64, out_t, i64))
+        kernel[1, threads, launch_on](xf, yf, n, parts, out_dev, fin)
         return
     values, _ = scratch
-    first = _kernel("parts", family, build, (arr, arr, types.boolean, i64, i64, acc_arr))
+    first = _kernel("parts", family, build, (arr, arr, i64, i64, acc_arr))
     second = _kernel("finish", family, build, (acc_arr, i64, out_t, i64, i64))
-    first[parts, threads, launch_on](xf, yf, has_y, n, parts, values)
+    first[parts, threads, launch_on](xf, yf, n, parts, values)
     second[1, threads, launch_on](values, parts, out_dev, n, fin)
 
 
