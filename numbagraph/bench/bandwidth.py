@@ -17,10 +17,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from .core import Context, PeerMissing, Row, SuiteResult
+from .core import Context, PeerMissing, SuiteResult
 from .kernels import fill_pattern, fill_value
 from .peers import cupy_cuda, numba_tiny, torch_cuda
-from .timing import measure
+from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "run", "OPS", "COPY_CASE"]
 
@@ -92,31 +92,26 @@ def _buffers(ctx: Context) -> _Buffers:
     return ctx.shared("bandwidth_buffers", lambda: _Buffers(ctx))
 
 
-def _row(ctx: Context, buf: _Buffers, op: str, peer: str, call, sync, events_on,
-         note: str = "") -> Row:
-    cfg = ctx.config
-    reps = cfg.bandwidth_repeats
-    nbytes = ARRAYS_MOVED[op] * buf.size * 4
+def _contender(ctx: Context, buf: _Buffers, op: str, call, sync, events_on) -> Contender:
+    """``op`` by one peer, checked once (on a poisoned output) before it is
+    timed: R back-to-back calls per trial."""
     buf.poison()
+    call()
+    sync()
+    buf.check("copy" if op == COPY_CASE else op)
+    reps = ctx.config.bandwidth_repeats
 
     def batch():
         for _ in range(reps):
             call()
 
-    timing = measure(batch, reps, trials=cfg.trials, sync=sync, stream=events_on)
-    if op in OPS:
-        buf.check(op)
-    gbps = [nbytes / t / 1e9 for t in timing.trials]
-    return Row.of(op, peer, gbps, UNIT, timing.clock,
-                  note=note or f"{nbytes / 2**30:.2f} GiB moved per call")
+    return Contender(batch, reps, sync, events_on)
 
 
-def _copy_reference(ctx: Context):
+def _copy_reference(ctx: Context) -> dict:
     buf = _buffers(ctx)
     s = buf.stream
-    yield _row(ctx, buf, COPY_CASE, "driver memcpy",
-               lambda: buf.out.copy_to_device(buf.x, stream=s), s.synchronize, s,
-               note="cuMemcpyDtoDAsync, read + write counted")
+    return {COPY_CASE: (lambda: buf.out.copy_to_device(buf.x, stream=s), s.synchronize, s)}
 
 
 def _numbagraph(ctx: Context):
@@ -136,11 +131,10 @@ def _numbagraph(ctx: Context):
         "copy": lambda: ops.copy_into(x, out, stream=s),
         "sum": lambda: ops.sum_into(x, sum_out, stream=s),
     }
-    for op, call in calls.items():
-        if f"{op}_into" in missing:
-            ctx.progress(f"numbagraph: numbagraph.ops has no {op}_into")
-            continue
-        yield _row(ctx, buf, op, "numbagraph", call, s.synchronize, s)
+    for op in missing:
+        ctx.progress(f"numbagraph: numbagraph.ops has no {op}")
+    return {op: (call, s.synchronize, s) for op, call in calls.items()
+            if f"{op}_into" not in missing}
 
 
 def _torch(ctx: Context):
@@ -157,9 +151,14 @@ def _torch(ctx: Context):
         "copy": lambda: out.copy_(x),
         "sum": lambda: torch.sum(x, 0, out=sum_out),
     }
-    with torch.cuda.stream(ts):
-        for op, call in calls.items():
-            yield _row(ctx, buf, op, "PyTorch", call, ts.synchronize, events_on)
+
+    def on_stream(call):
+        def run():
+            with torch.cuda.stream(ts):
+                call()
+        return run
+
+    return {op: (on_stream(call), ts.synchronize, events_on) for op, call in calls.items()}
 
 
 def _cupy(ctx: Context):
@@ -179,26 +178,57 @@ def _cupy(ctx: Context):
         "copy": lambda: cp.copyto(out, x),
         "sum": lambda: cp.sum(x, out=sum_out),
     }
-    notes = {"axpy": "ElementwiseKernel (CuPy has no fused axpy with out=)"}
-    with cs:
-        for op, call in calls.items():
-            yield _row(ctx, buf, op, "CuPy", call, cs.synchronize, events_on,
-                       note=notes.get(op, ""))
+
+    def on_stream(call):
+        def run():
+            with cs:
+                call()
+        return run
+
+    return {op: (on_stream(call), cs.synchronize, events_on) for op, call in calls.items()}
+
+
+PEERS = {
+    "driver memcpy": _copy_reference,
+    "numbagraph": _numbagraph,
+    "PyTorch": _torch,
+    "CuPy": _cupy,
+}
+NOTES = {
+    ("driver memcpy", COPY_CASE): "cuMemcpyDtoDAsync, read + write counted",
+    ("CuPy", "axpy"): "ElementwiseKernel (CuPy has no fused axpy with out=)",
+}
 
 
 def run(ctx: Context) -> SuiteResult:
-    """Measure effective bandwidth of the _into ops and their peers."""
+    """Measure effective bandwidth of the _into ops and their peers: for each
+    op, the peers take turns trial by trial on the same buffers."""
     result = SuiteResult(NAME, TITLE, UNIT, higher_is_better=True)
     gib = ctx.config.bandwidth_elements * 4 / 2**30
     ctx.progress(f"allocating 3 arrays of {gib:.3g} GiB")
-    for peer, rows in (
-        ("driver memcpy", _copy_reference), ("numbagraph", _numbagraph),
-        ("PyTorch", _torch), ("CuPy", _cupy),
-    ):
-        ctx.attempt(result, peer, lambda rows=rows: rows(ctx))
+    calls = {}
+    for peer, make in PEERS.items():
+        try:
+            calls[peer] = make(ctx)
+        except PeerMissing as exc:
+            ctx.skip(result, peer, str(exc))
+        except Exception as exc:
+            ctx.fail(result, peer, exc)
+    buf = _buffers(ctx) if calls else None
+    for op in (COPY_CASE, *OPS):
+        nbytes = ARRAYS_MOVED[op] * ctx.config.bandwidth_elements * 4
+        setups = {
+            peer: lambda op=op, call=mine[op]: _contender(ctx, buf, op, *call)
+            for peer, mine in calls.items() if op in mine
+        }
+        ctx.compare(result, op, setups, unit=UNIT,
+                    convert=lambda seconds, nbytes=nbytes: nbytes / seconds / 1e9,
+                    notes={peer: NOTES.get((peer, op), f"{nbytes / 2**30:.2f} GiB moved per call")
+                           for peer in setups})
     result.notes.append(
         f"arrays of {ctx.config.bandwidth_elements} float32 ({gib:.3g} GiB); "
         "bandwidth = (bytes read + bytes written) / time; CUDA events around "
-        f"{ctx.config.bandwidth_repeats} calls, median of {ctx.config.trials} trials"
+        f"{ctx.config.bandwidth_repeats} calls, median of {ctx.config.trials} trials, "
+        "the peers taking turns trial by trial; every peer's output checked first"
     )
     return result

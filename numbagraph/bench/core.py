@@ -200,10 +200,14 @@ class Context:
     def compare(self, result: SuiteResult, case: str,
                 setups: dict[str, Callable[[], Contender]], *, unit: str,
                 scale: float = 1e6, param: float | None = None,
-                trials: int | None = None) -> None:
+                trials: int | None = None,
+                convert: Callable[[float], float] | None = None,
+                notes: dict[str, str] | None = None) -> None:
         """Set up one contender per peer for ``case``, time them round-robin
         (see :func:`~numbagraph.bench.timing.measure_many`) and add a row for
-        each; ``scale`` turns seconds per unit into ``unit``. Missing peers
+        each; ``scale`` turns seconds per unit into ``unit``, or ``convert``
+        does (for units that are not proportional to time, like GB/s).
+        ``notes`` replace the contenders' own notes, per peer. Missing peers
         are skipped with the reason, failing ones recorded."""
         contenders: dict[str, Contender] = {}
         for peer, setup in setups.items():
@@ -219,8 +223,10 @@ class Context:
                 on_error=lambda peer, exc: self.fail(result, peer, exc),
             )
             for peer, timing in timings.items():
-                row = Row.of(case, peer, timing.scaled(scale), unit, timing.clock,
-                             param=param, note=contenders[peer].note)
+                values = ([convert(t) for t in timing.trials] if convert is not None
+                          else timing.scaled(scale))
+                note = (notes or {}).get(peer, contenders[peer].note)
+                row = Row.of(case, peer, values, unit, timing.clock, param=param, note=note)
                 result.rows.append(row)
                 self._report(row)
         finally:
