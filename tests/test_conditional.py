@@ -54,72 +54,60 @@ def scalar(value, stream):
 # ---------------------------------------------------------------- while
 
 
-def test_while_loop_repeats_until_a_kernel_clears_the_condition(stream, counter):
-    limit = scalar(5, stream)
+def counting_loop(stream, counter, limit, default=1):
+    """The graph of one while loop that counts ``counter`` up to ``limit``."""
     with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
+        more = ng.Condition(default=default)
         with ng.while_loop(more):
             count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    return cap.graph
+
+
+def logged_loop(stream, counter, log, limit):
+    """The graph of: log 1, a while loop logging 2 per pass, log 3."""
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        log_tag[1, 1, stream](log, 1)
+        with ng.while_loop(more):
+            log_tag[1, 1, stream](log, 2)
+            count_while_below[1, 1, stream](counter, limit, more)
+        log_tag[1, 1, stream](log, 3)
+    return cap.graph
+
+
+def test_while_loop_repeats_until_a_kernel_clears_the_condition(stream, counter):
+    counting_loop(stream, counter, scalar(5, stream)).launch()
     assert counter.copy_to_host(stream=stream)[0] == 5
 
 
 def test_while_loop_tests_the_condition_before_the_first_pass(stream, counter):
-    limit = scalar(5, stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=0)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    counting_loop(stream, counter, scalar(5, stream), default=0).launch()
     assert counter.copy_to_host(stream=stream)[0] == 0
 
 
 def test_default_is_assigned_at_every_launch(stream, counter):
-    limit = scalar(3, stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
-    cap.graph.launch()  # loops again: one more pass, then counter >= limit
+    graph = counting_loop(stream, counter, scalar(3, stream))
+    graph.launch()
+    graph.launch()  # loops again: one more pass, then counter >= limit
     assert counter.copy_to_host(stream=stream)[0] == 4
 
 
 def test_scalar_updated_between_replays_is_seen_inside_the_body(stream, counter):
     limit = scalar(2, stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    graph = counting_loop(stream, counter, limit)
+    graph.launch()
     limit.update(6)
-    cap.graph.launch()
+    graph.launch()
     assert counter.copy_to_host(stream=stream)[0] == 6
 
 
 def test_work_before_and_after_a_block_keeps_its_order(stream, counter, log):
-    limit = scalar(3, stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        log_tag[1, 1, stream](log, 1)
-        with ng.while_loop(more):
-            log_tag[1, 1, stream](log, 2)
-            count_while_below[1, 1, stream](counter, limit, more)
-        log_tag[1, 1, stream](log, 3)
-    cap.graph.launch()
+    logged_loop(stream, counter, log, scalar(3, stream)).launch()
     assert logged(log, stream) == [1, 2, 2, 2, 3]
 
 
 def test_a_conditional_node_counts_as_one_node(stream, counter, log):
-    limit = scalar(3, stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        log_tag[1, 1, stream](log, 1)
-        with ng.while_loop(more):
-            log_tag[1, 1, stream](log, 2)
-            count_while_below[1, 1, stream](counter, limit, more)
-        log_tag[1, 1, stream](log, 3)
-    assert cap.graph.num_nodes == 3
+    assert logged_loop(stream, counter, log, scalar(3, stream)).num_nodes == 3
 
 
 def test_scalar_update_inside_a_body_is_recorded_into_the_body(stream, counter):
@@ -425,11 +413,7 @@ def test_exception_inside_a_block_discards_the_capture(stream, counter):
                 count_while_below[1, 1, stream](counter, limit, more)
                 raise KeyError("boom")
     assert not ng.is_capturing(stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    counting_loop(stream, counter, limit).launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
 
 
@@ -493,11 +477,7 @@ def test_refused_operation_inside_a_body_ends_the_capture_cleanly(stream, counte
                     stream.synchronize()
     assert not ng.is_capturing(stream)
     assert counter.copy_to_host(stream=stream)[0] == 0  # nothing ran
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    counting_loop(stream, counter, limit).launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
 
 
@@ -512,9 +492,5 @@ def test_refused_operation_in_a_nested_body_ends_the_capture_cleanly(stream, cou
                     count_while_below[1, 1, stream](counter, limit, more)
                     stream.synchronize()
     assert not ng.is_capturing(stream)
-    with ng.capture(stream) as cap:
-        more = ng.Condition(default=1)
-        with ng.while_loop(more):
-            count_while_below[1, 1, stream](counter, limit, more)
-    cap.graph.launch()
+    counting_loop(stream, counter, limit).launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
