@@ -428,6 +428,19 @@ def test_a_graph_dropped_during_a_capture_is_freed_after_it(env):
     np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 2.0)
 
 
+def test_arrays_numba_frees_during_a_capture_do_not_break_it(env):
+    # More dropped arrays than numba lets wait before it frees them: the
+    # frees wait for the capture to end, since a free would invalidate it.
+    temps = [device_zeros(32, stream=env.s) for _ in range(40)]
+    with ng.capture(env.s) as cap:
+        env.add[1, 32, env.s](env.x, env.one)
+        del temps[:]
+        gc.collect()
+        env.add[1, 32, env.s](env.x, env.one)
+    cap.graph.launch()
+    np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 2.0)
+
+
 def test_a_graph_keeps_arrays_dropped_during_its_capture(env):
     temp = device_zeros(32, stream=env.s)
     temp_ref = weakref.ref(temp)
