@@ -41,7 +41,9 @@ class Contender:
     """One thing to time: ``batch()`` does ``units`` units of work, ``sync()``
     waits for the device; ``stream`` (a numba stream, possibly an external
     one wrapping another framework's) enables CUDA-event timing; ``close()``
-    frees what it used, after the trials."""
+    frees what it used, after the trials; ``lead()``, if given, runs before
+    each trial's clocks start (untimed work that keeps the GPU busy while
+    the host enqueues the first timed unit)."""
 
     batch: Callable[[], Any]
     units: float
@@ -49,6 +51,7 @@ class Contender:
     stream: Any = None
     close: Callable[[], Any] | None = None
     note: str = ""
+    lead: Callable[[], Any] | None = None
 
 
 def _trial(c: Contender, events) -> tuple[float, float]:
@@ -56,6 +59,8 @@ def _trial(c: Contender, events) -> tuple[float, float]:
     enabled = gc.isenabled()
     gc.disable()
     try:
+        if c.lead is not None:
+            c.lead()
         if events is not None:
             events[0].record(c.stream)
         t0 = time.perf_counter()
