@@ -113,6 +113,15 @@ def _contender(ctx: Context, buf: _Buffers, op: str, call, sync, events_on) -> C
     return Contender(batch, reps, sync, events_on, lead=call)
 
 
+def _inside(stream_context, call):
+    """``call`` made with ``stream_context()`` entered: the framework's way of
+    putting its work on the peer's stream."""
+    def run():
+        with stream_context():
+            call()
+    return run
+
+
 def _copy_reference(ctx: Context) -> dict:
     buf = _buffers(ctx)
     s = buf.stream
@@ -156,14 +165,8 @@ def _torch(ctx: Context):
         "copy": lambda: out.copy_(x),
         "sum": lambda: torch.sum(x, 0, out=sum_out),
     }
-
-    def on_stream(call):
-        def run():
-            with torch.cuda.stream(ts):
-                call()
-        return run
-
-    return {op: (on_stream(call), ts.synchronize, events_on) for op, call in calls.items()}
+    return {op: (_inside(lambda: torch.cuda.stream(ts), call), ts.synchronize, events_on)
+            for op, call in calls.items()}
 
 
 def _cupy(ctx: Context):
@@ -183,14 +186,8 @@ def _cupy(ctx: Context):
         "copy": lambda: cp.copyto(out, x),
         "sum": lambda: cp.sum(x, out=sum_out),
     }
-
-    def on_stream(call):
-        def run():
-            with cs:
-                call()
-        return run
-
-    return {op: (on_stream(call), cs.synchronize, events_on) for op, call in calls.items()}
+    return {op: (_inside(lambda: cs, call), cs.synchronize, events_on)
+            for op, call in calls.items()}
 
 
 PEERS = {
