@@ -3,6 +3,9 @@ between replays, refusing bad calls without harming the capture, and
 reducing to the same bits eagerly and on replay. Also the allocation
 helpers that prepare their outputs."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -44,6 +47,55 @@ def test_ops_and_user_kernels_record_into_one_graph(stream):
     cap.graph.launch()
     np.testing.assert_allclose(out.copy_to_host(stream=stream), 2 * (a + b), rtol=1e-6)
     np.testing.assert_allclose(total.value, (2 * (a + b)).sum(), rtol=1e-5)
+
+
+def test_arrays_an_op_reads_and_writes_live_as_long_as_its_graph(stream):
+    a, b = host(MANY, 1), host(MANY, 2)
+    x, y = cuda.to_device(a), cuda.to_device(b)
+    out = ng.empty(MANY, np.float32)
+    total = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    ng.add_into(x, y, out, stream=stream)
+    ng.sum_into(out, total, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, y, out, stream=stream)
+        ng.sum_into(out, total, stream=stream)
+    graph = cap.graph
+    refs = [weakref.ref(obj) for obj in (x, y, out)]
+    del x, y, out, cap
+    gc.collect()
+    assert all(ref() is not None for ref in refs)
+    total.update(0.0)
+    graph.launch()
+    np.testing.assert_allclose(refs[2]().copy_to_host(stream=stream), a + b, rtol=1e-6)
+    np.testing.assert_allclose(total.value, (a + b).sum(), rtol=1e-5)
+    graph.close()
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+
+
+@pytest.mark.driver_only(reason="the layouts of ops' launches belong to the driver backend")
+def test_ops_launch_through_their_planned_layout_and_other_kernels_through_numba(stream):
+    from numba.cuda import types
+
+    from numbagraph.backend import driver
+
+    x = cuda.to_device(host(N))
+    out = ng.empty(N, np.float32)
+    ng.add_into(x, 1.0, out, stream=stream)
+    planned = [plan for plan in driver._plans.values() if plan is not None]
+    assert planned, "an op's kernel was launched without its planned layout"
+
+    # A kernel with an argument no packer handles launches through numba.
+    @cuda.jit(types.void(types.complex64[::1], types.complex64))
+    def shift(z, by):
+        i = cuda.grid(1)
+        if i < z.size:
+            z[i] += by
+
+    z = cuda.to_device(np.zeros(N, np.complex64))
+    driver.launch(shift, 1, N, int(stream.handle), (z, np.complex64(1 + 2j)))
+    np.testing.assert_array_equal(z.copy_to_host(stream=stream), np.complex64(1 + 2j))
+    assert driver._plans[(shift, int(cuda.current_context().handle))] is None
 
 
 def test_device_scalar_operand_updated_between_replays_changes_the_result(stream):

@@ -6,13 +6,15 @@ the user's stream, so numba launches made on that very stream are recorded.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from typing import Any, Callable
 
 import numpy as np
 from cuda.bindings import driver as cu
-from cuda.core import Stream as _CoreStream
+from cuda.core import LaunchConfig, Stream as _CoreStream, launch as _core_launch
 from numba import cuda
+from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher
 
 from ._streams import stream_handle  # noqa: F401  (part of the backend API)
@@ -377,6 +379,95 @@ def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
 CUDADispatcher.call = _hooked_call
 
 
+# ---------------------------------------------------------------- ops' launches
+
+# numba's launch works out every argument's layout again on every call
+# (tens of us for an op's five or eight arguments). An op's kernel has one
+# explicit signature, so its layout is worked out once per kernel and context
+# and its launches go to cuda.core's launch directly.
+
+def _array_packer(value: Any, out: list) -> None:
+    # numba's array argument: meminfo, parent, size, itemsize, data, shape, strides.
+    out += (0, 0, value.size, value.dtype.itemsize, value.device_ctypes_pointer.value,
+            *value.shape, *value.strides)
+
+
+def _scalar_packer(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
+    return lambda value, out: out.append(convert(value))
+
+
+_SCALAR_PACKERS = {
+    **{getattr(numba_types, name): _scalar_packer(getattr(ctypes, f"c_{name}"))
+       for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
+    numba_types.float16: _scalar_packer(
+        lambda v: ctypes.c_uint16(int(np.float16(v).view(np.uint16)))),
+    numba_types.float32: _scalar_packer(ctypes.c_float),
+    numba_types.float64: _scalar_packer(ctypes.c_double),
+    numba_types.boolean: _scalar_packer(bool),
+}
+
+
+def _packer(ty: Any) -> Callable[[Any, list], None] | None:
+    if isinstance(ty, numba_types.Array):
+        return _array_packer
+    return _SCALAR_PACKERS.get(ty)
+
+
+def _launch_plan(dispatcher: Any) -> tuple | None:
+    """(cuda.core kernel, argument packers) for a kernel of one signature
+    that numba launches plainly, else None (numba launches it)."""
+    overloads = list(dispatcher.overloads.values())
+    if (len(overloads) != 1 or dispatcher.extensions
+            or getattr(dispatcher, "_launch_config_sensitive", False)):
+        return None
+    kernel = overloads[0]
+    if kernel.debug or kernel.cooperative or getattr(kernel, "launch_config_sensitive", False):
+        return None
+    packers = [_packer(ty) for ty in kernel.argument_types]
+    if None in packers:
+        return None
+    return kernel._codelibrary.get_cufunc().kernel, packers
+
+
+_plans: dict[tuple[Any, int], tuple | None] = {}
+_configs: dict[tuple, LaunchConfig] = {}
+_fallback_streams: dict[int, Any] = {}
+
+
+def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> None:
+    """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with the
+    launch hook applied as for every launch."""
+    err, ctx = cu.cuCtxGetCurrent()
+    ctx_key = int(ctx) if err == cu.CUresult.CUDA_SUCCESS else 0
+    key = (dispatcher, ctx_key)
+    plan = _plans.get(key, False)
+    if plan is False:
+        plan = _launch_plan(dispatcher) if ctx_key else None
+        if ctx_key:
+            _plans[key] = plan
+    if plan is None:
+        stream = _fallback_streams.get(handle)
+        if stream is None:
+            if len(_fallback_streams) > 1024:
+                _fallback_streams.clear()
+            stream = _fallback_streams[handle] = cuda.external_stream(handle)
+        dispatcher[grid, block, stream](*args)
+        return
+    hook = _launch_hook
+    if hook is not None:
+        args = hook(handle, dispatcher, args)
+    kernel, packers = plan
+    packed: list = []
+    for pack, value in zip(packers, args):
+        pack(value, packed)
+    config = _configs.get((grid, block))
+    if config is None:
+        if len(_configs) > 4096:
+            _configs.clear()
+        config = _configs[(grid, block)] = LaunchConfig(grid=grid, block=block)
+    _core_launch(_core_stream(handle), config, kernel, *packed)
+
+
 # ---------------------------------------------------------------- conditionals
 
 from .driver_conditional import (  # noqa: E402  (needs the names above)
@@ -390,4 +481,9 @@ from .driver_conditional import (  # noqa: E402  (needs the names above)
 
 # ---------------------------------------------------------------- ops
 
-from .driver_ops import as_device_array, launch_limits, memset_zero  # noqa: E402
+from .driver_ops import (  # noqa: E402
+    as_device_array,
+    current_device_id,
+    launch_limits,
+    memset_zero,
+)

@@ -26,16 +26,26 @@ def as_device_array(obj: Any) -> Any:
     return None
 
 
+def current_device_id() -> int:
+    """The ordinal of the calling thread's current device (its context's
+    device; numba's current device when no context is current yet)."""
+    err, device = cu.cuCtxGetDevice()
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return cuda.get_current_device().id
+    return int(device)
+
+
 _multiprocessors: dict[int, int] = {}
 
 
 def launch_limits() -> tuple[int, int]:
     """(multiprocessors of the current device, threads per block) to size
     ops' grids from."""
-    device = cuda.get_current_device()
-    count = _multiprocessors.get(device.id)
+    device_id = current_device_id()
+    count = _multiprocessors.get(device_id)
     if count is None:
-        count = _multiprocessors[device.id] = int(device.MULTIPROCESSOR_COUNT)
+        count = _multiprocessors[device_id] = int(
+            cuda.get_current_device().MULTIPROCESSOR_COUNT)
     return count, THREADS_PER_BLOCK
 
 

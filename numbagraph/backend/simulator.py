@@ -336,6 +336,11 @@ def _getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
     return _ConfiguredLaunch(self, *configuration)
 
 
+def launch(kernel: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple) -> None:
+    """``kernel[grid, block, stream](*args)`` for an op's kernel."""
+    _ConfiguredLaunch(kernel, grid, block, handle)(*args)
+
+
 def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
     """Call ``args = hook(stream_handle, kernel, args)`` before every kernel
     launch; the kernel is launched with the arguments it returns."""
@@ -359,4 +364,9 @@ from .simulator_conditional import (  # noqa: E402  (needs the names above)
 
 # ---------------------------------------------------------------- ops
 
-from .simulator_ops import as_device_array, launch_limits, memset_zero  # noqa: E402
+from .simulator_ops import (  # noqa: E402
+    as_device_array,
+    current_device_id,
+    launch_limits,
+    memset_zero,
+)

@@ -40,6 +40,11 @@ def as_device_array(obj: Any) -> Any:
     return FakeCUDAArray(np.asarray(_HostView(interface, obj)))
 
 
+def current_device_id() -> int:
+    """The simulator has one device."""
+    return 0
+
+
 def launch_limits() -> tuple[int, int]:
     """(multiprocessors, threads per block): one small simulated device."""
     return 1, THREADS_PER_BLOCK

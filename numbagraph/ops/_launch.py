@@ -1,15 +1,18 @@
-"""Kernel cache, launch grids and launch streams shared by every op.
+"""Kernel cache, launch grids and launches shared by every op.
 
 Each op kernel is built by a factory for one combination of dtypes and
 compiled once, with an explicit signature, the first time that combination is
 used; later calls, inside a capture or not, find it in the cache. Grids are
 sized from the device: a few blocks per multiprocessor, with grid-stride
 loops covering the rest, or, for streaming elementwise kernels, one block per
-tile of the array.
+tile of the array. Launches go through the backend, which knows each
+kernel's argument layout from its one signature instead of working it out
+again on every call as numba's launch does.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable
 
@@ -25,7 +28,8 @@ __all__ = [
     "limits",
     "blocks_for",
     "tiles_for",
-    "launch_stream",
+    "launch_handle",
+    "OpKernel",
     "compiled",
     "array_type",
     "scalar_type",
@@ -61,14 +65,11 @@ def tiles_for(n: int, tile: int) -> int:
     return max(1, min(-(-n // tile), _MAX_GRID_X))
 
 
-_streams: dict[int, Any] = {}
+def launch_handle(stream: Any) -> int:
+    """The raw handle of the numba, cuda.core or foreign stream to launch on.
 
-
-def launch_stream(stream: Any) -> Any:
-    """The numba stream to launch on for a numba, foreign or raw stream.
-
-    Launching through a non-owning view of the raw handle treats every kind
-    of stream alike, and capture recognises the launch by that handle.
+    Launching by handle treats every kind of stream alike, and capture
+    recognises the launch by that handle.
     """
     if stream is None:
         raise OpError(
@@ -76,22 +77,31 @@ def launch_stream(stream: Any) -> Any:
             "or any object with __cuda_stream__)"
         )
     try:
-        handle = _backend.stream_handle(stream)
+        return _backend.stream_handle(stream)
     except TypeError as exc:
         raise OpError(str(exc)) from exc
-    view = _streams.get(handle)
-    if view is None:
-        if len(_streams) > 1024:
-            _streams.clear()
-        view = _streams[handle] = cuda.external_stream(handle)
-    return view
 
 
-_kernels: dict[tuple, Any] = {}
+class OpKernel:
+    """A compiled op kernel, launched as ``kernel[grid, block, handle](*args)``
+    through the backend, which skips numba's per-call argument analysis."""
+
+    __slots__ = ("dispatcher",)
+
+    def __init__(self, dispatcher: Any):
+        self.dispatcher = dispatcher
+
+    def __getitem__(self, config: tuple) -> Callable[..., None]:
+        grid, block, handle = config
+        dispatcher = self.dispatcher
+        return lambda *args: _backend.launch(dispatcher, grid, block, handle, args)
+
+
+_kernels: dict[tuple, OpKernel] = {}
 _kernels_lock = threading.Lock()
 
 
-def compiled(key: tuple, build: Callable[[], tuple[Callable, tuple]]) -> Any:
+def compiled(key: tuple, build: Callable[[], tuple[Callable, tuple]]) -> OpKernel:
     """The kernel for ``key``; ``build()`` returns ``(pyfunc, signature)``
     and runs, with the compile, only the first time ``key`` is asked for."""
     kernel = _kernels.get(key)
@@ -100,19 +110,22 @@ def compiled(key: tuple, build: Callable[[], tuple[Callable, tuple]]) -> Any:
             kernel = _kernels.get(key)
             if kernel is None:
                 pyfunc, signature = build()
-                kernel = _kernels[key] = cuda.jit(types.void(*signature))(pyfunc)
+                kernel = _kernels[key] = OpKernel(cuda.jit(types.void(*signature))(pyfunc))
     return kernel
 
 
+@functools.lru_cache(maxsize=None)
 def array_type(dtype: np.dtype) -> types.Array:
     """The numba type of a C-contiguous 1-D array of ``dtype``."""
     return from_dtype(np.dtype(dtype))[::1]
 
 
+@functools.lru_cache(maxsize=None)
 def scalar_type(dtype: np.dtype) -> types.Type:
     return from_dtype(np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=None)
 def compute_type(dtype: np.dtype) -> types.Type:
     """The type arithmetic on ``dtype`` is carried out in: float16 values are
     computed in float32 and rounded once when stored."""

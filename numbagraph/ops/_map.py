@@ -134,7 +134,7 @@ def run(
     """
     out_shape = tuple(out.shape)
     size = out_flat.size
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     slots, strides = [], []
     for name, item in inputs:
         slots.append(item)
@@ -154,29 +154,32 @@ def run(
                for item, rs_cs in zip(slots, strides))
     if flat:
         modes = tuple(item.mode for item in slots)
-        sig_inputs = []
-        for dtype in dtypes:
-            sig_inputs += [_launch.array_type(dtype), _launch.scalar_type(dtype)]
         threads = _launch.limits()[1]
-        kernel = _launch.compiled(
-            ("map.flat", key, dtypes, modes, out.dtype, threads),
-            lambda: (_flat_template(make_fn(), modes, threads),
-                     (*sig_inputs, _launch.array_type(out.dtype), _launch.INDEX)),
-        )
+
+        def build_flat():
+            sig_inputs = []
+            for dtype in dtypes:
+                sig_inputs += [_launch.array_type(dtype), _launch.scalar_type(dtype)]
+            return (_flat_template(make_fn(), modes, threads),
+                    (*sig_inputs, _launch.array_type(out.dtype), _launch.INDEX))
+
+        kernel = _launch.compiled(("map.flat", key, dtypes, modes, out.dtype, threads),
+                                  build_flat)
         flat_args = [x for array, value, _ in args for x in (array, value)]
         kernel[_launch.tiles_for(size, TILE_ITEMS * threads), threads, launch_on](
             *flat_args, out_flat, size
         )
         return
     rows, cols = row_view(out_shape)
-    sig_rows = []
-    for dtype in dtypes:
-        sig_rows += [_launch.array_type(dtype), _launch.scalar_type(dtype)] + [_launch.INDEX] * 3
-    kernel = _launch.compiled(
-        ("map.rows", key, dtypes, out.dtype),
-        lambda: (_rows_template(make_fn()),
-                 (*sig_rows, _launch.array_type(out.dtype), _launch.INDEX, _launch.INDEX)),
-    )
+
+    def build_rows():
+        sig_rows = []
+        for dtype in dtypes:
+            sig_rows += [_launch.array_type(dtype), _launch.scalar_type(dtype)] + [_launch.INDEX] * 3
+        return (_rows_template(make_fn()),
+                (*sig_rows, _launch.array_type(out.dtype), _launch.INDEX, _launch.INDEX))
+
+    kernel = _launch.compiled(("map.rows", key, dtypes, out.dtype), build_rows)
     row_args = []
     for (array, value, mode), (rs, cs) in zip(args, strides):
         row_args += [array, value, mode, rs, cs]

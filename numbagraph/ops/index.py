@@ -103,7 +103,7 @@ def take_into(table: Any, index: Any, out: Any, *, stream: Any) -> None:
 
         ng.take_into(embedding, token, x, stream=s)   # token: int DeviceScalar
     """
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     table_dev, rows, cols = _table(table, "take_into")
     out_dev = device_array(out, "out")
     if out_dev.dtype != table_dev.dtype:
@@ -140,7 +140,7 @@ def put_into(src: Any, index: Any, table: Any, *, stream: Any) -> None:
 
         ng.put_into(k, pos, k_cache, stream=s)        # pos: int DeviceScalar
     """
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     table_dev, rows, cols = _table(table, "put_into")
     dtype = np.dtype(table_dev.dtype)
     src_op = operand(src, (dtype,), "src", "put_into", value_dtype=dtype)

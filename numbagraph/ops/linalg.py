@@ -95,7 +95,7 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
 
         ng.matmul_into(p, v_cache, attn, stream=s)    # (1, T) @ (T, D) -> (1, D)
     """
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     a_dev, b_dev = device_array(a, "a"), device_array(b, "b")
     out_dev = device_array(out, "out")
     for what, dev in (("a", a_dev), ("b", b_dev), ("out", out_dev)):

@@ -107,7 +107,7 @@ def _rows_kernel(dtype: np.dtype, threads: int):
 
 def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: float,
              stream: Any) -> None:
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     x_dev = device_array(x, "x")
     dtype = np.dtype(x_dev.dtype)
     check_dtype(dtype, FLOATS, "x", op)

@@ -64,7 +64,7 @@ def _scratch_for(stream: Any, dtype: np.dtype, with_index: bool) -> tuple | None
     """The stream's part-result arrays, or None when they do not exist and
     cannot be allocated now (a capture is in progress)."""
     handle = _backend.stream_handle(stream)
-    key = (handle, id(cuda.get_current_device()))
+    key = (handle, _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
     per_stream = _scratch.setdefault(key, {})
@@ -126,7 +126,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
 
     With ``vector_y`` (matvec), ``y`` is one row used for every row of ``x``.
     """
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     x_dev = device_array(x, "x" if y is None or y is x else names[0])
     dtype = np.dtype(x_dev.dtype)
     check_dtype(dtype, allowed, "inputs", op)
@@ -187,7 +187,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
 
 def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: Any,
              stream: Any) -> None:
-    launch_on = _launch.launch_stream(stream)
+    launch_on = _launch.launch_handle(stream)
     x_dev = device_array(x, "x")
     dtype = np.dtype(x_dev.dtype)
     check_dtype(dtype, ARITHMETIC, "x", op)
