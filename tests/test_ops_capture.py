@@ -54,23 +54,41 @@ def test_arrays_an_op_reads_and_writes_live_as_long_as_its_graph(stream):
     x, y = cuda.to_device(a), cuda.to_device(b)
     out = ng.empty(MANY, np.float32)
     total = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    kept = ng.empty(MANY, np.float32)
     ng.add_into(x, y, out, stream=stream)
     ng.sum_into(out, total, stream=stream)
+    ng.copy_into(out, kept, stream=stream)
     with ng.capture(stream) as cap:
         ng.add_into(x, y, out, stream=stream)
         ng.sum_into(out, total, stream=stream)
+        ng.copy_into(out, kept, stream=stream)
     graph = cap.graph
-    refs = [weakref.ref(obj) for obj in (x, y, out)]
-    del x, y, out, cap
+    refs = [weakref.ref(obj) for obj in (x, y, out, kept)]
+    del x, y, out, kept, cap
     gc.collect()
     assert all(ref() is not None for ref in refs)
     total.update(0.0)
     graph.launch()
-    np.testing.assert_allclose(refs[2]().copy_to_host(stream=stream), a + b, rtol=1e-6)
+    np.testing.assert_allclose(refs[3]().copy_to_host(stream=stream), a + b, rtol=1e-6)
     np.testing.assert_allclose(total.value, (a + b).sum(), rtol=1e-5)
     graph.close()
     gc.collect()
     assert all(ref() is None for ref in refs)
+
+
+def test_captured_copy_of_a_whole_array_copies_its_current_contents(stream):
+    x = cuda.to_device(host(N, 1))
+    out = ng.empty(N, np.float32)
+    ng.copy_into(x, out, stream=stream)
+    ng.fill_into(out, 0.0, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, 1.0, x, stream=stream)
+        ng.copy_into(x, out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 0.0)
+    start = x.copy_to_host(stream=stream)
+    for replay in (1, 2):
+        cap.graph.launch()
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), start + replay, rtol=1e-6)
 
 
 @pytest.mark.driver_only(reason="the layouts of ops' launches belong to the driver backend")

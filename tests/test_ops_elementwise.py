@@ -173,6 +173,34 @@ def test_every_element_of_every_tile_is_written(stream, op, length):
     assert_matches(out.copy_to_host(stream=stream), want, np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("shape", [(N,), (3, 7), (1,)])
+def test_copy_of_a_whole_array_matches_numpy(stream, dtype, shape):
+    a = (host(np.float32, int(np.prod(shape)), seed=3).reshape(shape) * 50).astype(dtype)
+    out = ng.empty(shape, dtype)
+    ng.fill_into(out, 1, stream=stream)
+    ng.copy_into(cuda.to_device(a), out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), a)
+
+
+def test_copy_broadcasts_rows_scalars_and_numbers(stream):
+    row = host(np.float32, 7, seed=4)
+    out = ng.empty((3, 7), np.float32)
+    ng.copy_into(cuda.to_device(row), out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), np.tile(row, (3, 1)))
+    ng.copy_into(ng.DeviceScalar(2.5, dtype=np.float32, stream=stream), out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 2.5)
+    ng.copy_into(-1.0, out, stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), -1.0)
+
+
+def test_copy_onto_itself_leaves_the_array_as_it_was(stream):
+    a = host(np.float32, N, seed=5)
+    x = cuda.to_device(a)
+    ng.copy_into(x, x, stream=stream)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), a)
+
+
 def test_output_may_be_an_input(stream):
     a = host(np.float32, N)
     x = cuda.to_device(a)

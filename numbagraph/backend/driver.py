@@ -311,11 +311,25 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
     stream = cu.CUstream(handle)
     if dtype.itemsize in _MEMSETS:
+        # The value's bits are worked out inline, as _bits_of does, without
+        # its extra call: replay loops make this call once per step.
         name = _MEMSETS[dtype.itemsize]
-        memset, bits = getattr(cu, name), _bits_of(dtype)
+        memset = getattr(cu, name)
+        if dtype.kind in "biu":
+            mask = (1 << (8 * dtype.itemsize)) - 1
+
+            def store(value: Any) -> None:
+                err, = memset(dst, int(value) & mask, 1, stream)
+                if err:
+                    raise DriverError(name, err)
+
+            return store
+
+        pack = struct.Struct("<" + _STRUCT_CODES[dtype.kind + str(dtype.itemsize)]).pack
+        unpack = struct.Struct("<" + _WORDS[dtype.itemsize]).unpack
 
         def store(value: Any) -> None:
-            err, = memset(dst, bits(value), 1, stream)
+            err, = memset(dst, unpack(pack(value))[0], 1, stream)
             if err:
                 raise DriverError(name, err)
 
@@ -483,6 +497,7 @@ from .driver_conditional import (  # noqa: E402  (needs the names above)
 
 from .driver_ops import (  # noqa: E402
     as_device_array,
+    copy_device,
     current_device_id,
     launch_limits,
     memset_zero,

@@ -1,5 +1,5 @@
 """What numbagraph.ops needs from the CUDA driver: device views of foreign
-arrays, the device's size for launch grids, and zero fills."""
+arrays, the device's size for launch grids, zero fills and device copies."""
 
 from __future__ import annotations
 
@@ -57,3 +57,15 @@ def memset_zero(dev: Any, handle: int) -> None:
     err, = cu.cuMemsetD8Async(dev.device_ctypes_pointer.value, 0, nbytes, handle)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuMemsetD8Async failed: {err!r}")
+
+
+def copy_device(dst: Any, src: Any, handle: int) -> None:
+    """Enqueue "copy ``src`` into ``dst``" (device arrays of one size and
+    dtype) on the stream: the driver's own copy, a memcpy node in a capture."""
+    nbytes = dst.size * dst.dtype.itemsize
+    if nbytes == 0:
+        return
+    err, = cu.cuMemcpyDtoDAsync(dst.device_ctypes_pointer.value,
+                                src.device_ctypes_pointer.value, nbytes, handle)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemcpyDtoDAsync failed: {err!r}")

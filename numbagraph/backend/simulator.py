@@ -320,20 +320,30 @@ class _ConfiguredLaunch:
         hook = _launch_hook
         if hook is not None:
             args = hook(handle, self.kernel, args)
-        call = functools.partial(
+        _record_or_run(handle, functools.partial(
             _run, self.kernel, self.grid, self.block, self.shared, args
-        )
-        recording = _recordings.get(handle)
-        if recording is not None:
-            recording.nodes.append(call)
-        else:
-            call()
+        ))
 
 
 def _getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
     if len(configuration) not in (2, 3, 4):
         raise ValueError("must specify at least the griddim and blockdim")
     return _ConfiguredLaunch(self, *configuration)
+
+
+def _record_or_run(handle: int, call: Callable[[], None]) -> None:
+    """Run ``call`` now, or record it when the stream is capturing."""
+    recording = _recordings.get(handle)
+    if recording is not None:
+        recording.nodes.append(call)
+    else:
+        call()
+
+
+def copy_device(dst: Any, src: Any, handle: int) -> None:
+    """Copy ``src`` into ``dst`` (device arrays of one size and dtype) on the
+    stream, as a driver copy does."""
+    _record_or_run(handle, functools.partial(np.copyto, dst._ary, src._ary))
 
 
 def launch(kernel: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "check_dtype",
     "row_view",
     "check_disjoint",
+    "overlaps",
 ]
 
 FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -184,17 +185,20 @@ def _extent(dev: Any) -> tuple[int, int]:
     return start, start + dev.size * dev.dtype.itemsize
 
 
+def overlaps(a: Any, b: Any) -> bool:
+    """Whether two device arrays share memory."""
+    if a.size == 0 or b.size == 0:
+        return False
+    a_lo, a_hi = _extent(a)
+    b_lo, b_hi = _extent(b)
+    return a_lo < b_hi and b_lo < a_hi
+
+
 def check_disjoint(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None:
     """Refuse outputs that share memory with inputs an op reads from other
     threads than the one writing (matrix products, gathers)."""
-    if out.size == 0:
-        return
-    lo, hi = _extent(out)
     for what, dev in inputs:
-        if dev is None or dev.size == 0:
-            continue
-        a, b = _extent(dev)
-        if a < hi and lo < b:
+        if dev is not None and overlaps(out, dev):
             raise OpError(
                 f"out of {op} overlaps {what}; {op} needs an output that does not "
                 "share memory with its inputs"
