@@ -97,30 +97,46 @@ def register_device_wrapper(cls: type, unwrap: Any) -> None:
 
 
 _launch_validator: Callable[[int, Any, tuple], None] | None = None
+_unchecked_types: set[type] = set()
 
 
-def set_launch_validator(validate: Callable[[int, Any, tuple], None]) -> None:
-    """Call ``validate(stream_handle, kernel, args)`` before every kernel
-    launch made while any capture is active; it raises to refuse the launch."""
-    global _launch_validator
+def set_launch_validator(validate: Callable[[int, Any, tuple], None],
+                         unchecked_types: set[type]) -> None:
+    """Call ``validate(stream_handle, kernel, args)`` before kernel launches
+    made while any capture is active; it raises to refuse the launch.
+
+    ``validate`` refuses a launch for its stream (the legacy default stream,
+    or one whose capture has failed) or for its arguments; ``unchecked_types``,
+    a set it may grow, holds the argument types it never refuses. A launch
+    with only such arguments on any other stream, the common case inside a
+    capture, is not passed to it.
+    """
+    global _launch_validator, _unchecked_types
     _launch_validator = validate
+    _unchecked_types = unchecked_types
 
 
 def _on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
-    if _sessions and _launch_validator is not None:
-        _launch_validator(handle, kernel, args)
-    session = _sessions.get(handle)
-    if session is not None:
-        session.keepalive.append((kernel, args))
-    wrappers = _device_wrappers
-    for i, arg in enumerate(args):
-        if type(arg) in wrappers:
-            unwrapped = list(args)
-            for j in range(i, len(unwrapped)):
-                unwrap = wrappers.get(type(unwrapped[j]))
-                if unwrap is not None:
-                    unwrapped[j] = unwrap(unwrapped[j])
-            return tuple(unwrapped)
+    wrappers, unchecked = _device_wrappers, _unchecked_types
+    check = unwrap = False
+    for arg in args:
+        kind = type(arg)
+        if kind not in unchecked:
+            check = True
+        if kind in wrappers:
+            unwrap = True
+    if _sessions:
+        session = _sessions.get(handle)
+        if _launch_validator is not None and (
+            check or handle in _LEGACY_DEFAULT_HANDLES
+            or (session is not None and session.failure is not None)
+        ):
+            _launch_validator(handle, kernel, args)
+        if session is not None:
+            session.keepalive.append((kernel, args))
+    if unwrap:
+        return tuple(wrappers[type(arg)](arg) if type(arg) in wrappers else arg
+                     for arg in args)
     return args
 
 

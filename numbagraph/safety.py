@@ -606,7 +606,7 @@ def _install() -> None:
             setattr(event_cls, name, _guarded(
                 vars(event_cls)[name], _check_event_wait_host(f"event.{name}()")
             ))
-    set_launch_validator(_check_launch)
+    set_launch_validator(_check_launch, _never_host)
 
 
 _install()
