@@ -175,7 +175,8 @@ def run(
     def build_rows():
         sig_rows = []
         for dtype in dtypes:
-            sig_rows += [_launch.array_type(dtype), _launch.scalar_type(dtype)] + [_launch.INDEX] * 3
+            sig_rows += [_launch.array_type(dtype), _launch.scalar_type(dtype),
+                         _launch.INDEX, _launch.INDEX, _launch.INDEX]
         return (_rows_template(make_fn()),
                 (*sig_rows, _launch.array_type(out.dtype), _launch.INDEX, _launch.INDEX))
 
