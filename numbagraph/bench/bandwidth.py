@@ -210,12 +210,8 @@ def run(ctx: Context) -> SuiteResult:
     ctx.progress(f"allocating 3 arrays of {gib:.3g} GiB")
     calls = {}
     for peer, make in PEERS.items():
-        try:
+        with ctx.recording_errors(result, peer):
             calls[peer] = make(ctx)
-        except PeerMissing as exc:
-            ctx.skip(result, peer, str(exc))
-        except Exception as exc:
-            ctx.fail(result, peer, exc)
     buf = _buffers(ctx) if calls else None
     for op in (COPY_CASE, *OPS):
         nbytes = ARRAYS_MOVED[op] * ctx.config.bandwidth_elements * 4

@@ -3,12 +3,13 @@ context (stream, progress, peers) a suite runs in."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numbagraph as ng
 
@@ -133,6 +134,14 @@ class SuiteResult:
     error: str | None = None
     seconds: float = 0.0
 
+    def add_skip(self, peer: str, why: str) -> bool:
+        """Record that ``peer`` was skipped and why, once per peer; True when
+        this is the first record of it."""
+        if any(p == peer for p, _ in self.skipped):
+            return False
+        self.skipped.append([peer, why])
+        return True
+
     def find(self, case: str, peer: str) -> Row | None:
         for row in self.rows:
             if row.case == case and row.peer == peer:
@@ -173,8 +182,7 @@ class Context:
 
     def skip(self, result: SuiteResult, peer: str, why: str) -> None:
         """Record once that ``peer`` could not run in this suite, and why."""
-        if all(p != peer for p, _ in result.skipped):
-            result.skipped.append([peer, why])
+        if result.add_skip(peer, why):
             self.progress(f"{peer}: skipped: {why}")
 
     def fail(self, result: SuiteResult, peer: str, exc: BaseException) -> None:
@@ -183,19 +191,27 @@ class Context:
         result.failures.append(f"{peer}:\n{text}")
         self.skip(result, peer, f"failed: {type(exc).__name__}: {exc}")
 
+    @contextlib.contextmanager
+    def recording_errors(self, result: SuiteResult, peer: str) -> Iterator[None]:
+        """Run the block for ``peer``: if it raises PeerMissing, the peer is
+        recorded as skipped with the reason; any other exception, as failed.
+        Either way the suite goes on after the block."""
+        try:
+            yield
+        except PeerMissing as exc:
+            self.skip(result, peer, str(exc))
+        except Exception as exc:
+            self.fail(result, peer, exc)
+
     def attempt(self, result: SuiteResult, peer: str,
                 rows: Callable[[], Iterable[Row]]) -> None:
         """Add the rows ``rows()`` yields to ``result``, reporting each as it
         comes. A peer that is missing or fails is recorded as skipped with
         its reason, and the suite goes on."""
-        try:
+        with self.recording_errors(result, peer):
             for row in rows():
                 result.rows.append(row)
                 self._report(row)
-        except PeerMissing as exc:
-            self.skip(result, peer, str(exc))
-        except Exception as exc:
-            self.fail(result, peer, exc)
 
     def compare(self, result: SuiteResult, case: str,
                 setups: dict[str, Callable[[], Contender]], *, unit: str,
@@ -211,12 +227,8 @@ class Context:
         are skipped with the reason, failing ones recorded."""
         contenders: dict[str, Contender] = {}
         for peer, setup in setups.items():
-            try:
+            with self.recording_errors(result, peer):
                 contenders[peer] = setup()
-            except PeerMissing as exc:
-                self.skip(result, peer, str(exc))
-            except Exception as exc:
-                self.fail(result, peer, exc)
         try:
             timings = measure_many(
                 contenders, trials=trials or self.config.trials,

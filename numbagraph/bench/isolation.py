@@ -77,8 +77,7 @@ def run_isolated(ctx: Context, result: SuiteResult, module: str, peer: str) -> N
     for row in payload["rows"]:
         result.rows.append(Row(**row))
     for skipped_peer, why in payload["skipped"]:
-        if all(p != skipped_peer for p, _ in result.skipped):
-            result.skipped.append([skipped_peer, why])
+        result.add_skip(skipped_peer, why)  # the child printed it already
     result.failures += payload["failures"]
 
 
