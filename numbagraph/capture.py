@@ -43,7 +43,7 @@ class _Session:
 
     __slots__ = (
         "stream", "handle", "mode", "recording", "keepalive", "thread",
-        "joins_legacy", "failure", "events", "_frees",
+        "_joins_legacy", "failure", "events", "_frees",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -59,14 +59,21 @@ class _Session:
         # Freeing memory during a capture can break it; frees wait until the
         # last capture ends.
         self._frees = _backend.hold_frees()
+        self._joins_legacy: bool | None = None
         try:
-            # Work on the legacy default stream waits on this stream, so it
-            # would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
-            self.joins_legacy = _backend.joins_legacy_stream(handle)
             self.recording = _backend.Recording(handle, mode)
         except BaseException:
             _backend.release_frees(self._frees)
             raise
+
+    @property
+    def joins_legacy(self) -> bool:
+        """Whether work on the legacy default stream waits on this stream,
+        and so would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+        Asked of the driver when first needed, not at every begin."""
+        if self._joins_legacy is None:
+            self._joins_legacy = _backend.joins_legacy_stream(self.handle)
+        return self._joins_legacy
 
     def keep(self, obj: Any) -> None:
         self.keepalive.append(obj)

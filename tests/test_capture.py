@@ -155,3 +155,23 @@ def test_a_context_replaced_by_a_device_reset_is_never_held(stream, kernels, war
     cap.graph.launch()
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
     cap.graph.close()
+
+
+@pytest.mark.driver_only(reason="numba's pending frees exist only with the real driver")
+def test_numba_frees_wait_exactly_as_long_as_the_capture(stream, kernels, warm_add):
+    ctx = cuda.current_context()
+    queues = (ctx.deallocations, ctx.memory_manager.deallocations)
+    assert not any(q.is_disabled for q in queues)
+    x, one = warm_add
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+        assert all(q.is_disabled for q in queues)
+    assert not any(q.is_disabled for q in queues)
+    with pytest.raises(RuntimeError):
+        with ng.capture(stream):
+            assert all(q.is_disabled for q in queues)
+            raise RuntimeError("the block fails")
+    assert not any(q.is_disabled for q in queues)
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+    cap.graph.close()

@@ -7,6 +7,7 @@ the user's stream, so numba launches made on that very stream are recorded.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 from typing import Any, Callable
 
@@ -219,6 +220,8 @@ class Executable:
 from numba.cuda.cudadrv import devicearray as _devicearray  # noqa: E402
 from numba.cuda.cudadrv import driver as _numba_driver  # noqa: E402
 
+_NUMBA_DEFER_CLEANUP = _numba_driver.HostOnlyCUDAMemoryManager.defer_cleanup
+
 # The numba classes whose host-facing methods numbagraph guards during capture.
 DEVICE_ARRAY_TYPES = (
     _devicearray.DeviceNDArrayBase,
@@ -260,18 +263,32 @@ def hold_frees() -> Any:
     """Defer numba's frees (memory, streams, events) until ``release_frees``:
     cuMemFree during a capture is refused and invalidates it.
 
-    The two holds numba's ``Context.defer_cleanup`` takes, entered directly:
-    one context manager fewer to enter and leave at every capture."""
+    Numba's own ``Context.defer_cleanup`` raises the disable count of two
+    pending-deallocation queues, the context's and its memory manager's,
+    through three generator context managers (7.6 us a capture on the H200).
+    With numba's memory manager the counts are raised here directly, which
+    is the same hold; a memory-manager plugin gets its own context manager.
+    """
     ctx = _numba_context()
-    holds = (ctx.memory_manager.defer_cleanup(), ctx.deallocations.disable())
-    for hold in holds:
-        hold.__enter__()
-    return holds
+    manager = ctx.memory_manager
+    queues = (getattr(manager, "deallocations", None), ctx.deallocations)
+    if (type(manager).defer_cleanup is _NUMBA_DEFER_CLEANUP
+            and all(isinstance(getattr(q, "_disable_count", None), int) for q in queues)):
+        for queue in queues:
+            queue._disable_count += 1
+        return functools.partial(_release_queues, queues)
+    hold = ctx.defer_cleanup()
+    hold.__enter__()
+    return functools.partial(hold.__exit__, None, None, None)
 
 
-def release_frees(holds: Any) -> None:
-    for hold in reversed(holds):
-        hold.__exit__(None, None, None)
+def _release_queues(queues: tuple) -> None:
+    for queue in queues:
+        queue._disable_count -= 1
+
+
+def release_frees(hold: Any) -> None:
+    hold()
 
 
 # ---------------------------------------------------------------- scalars

@@ -2,12 +2,17 @@
 instantiating the graph, per launch captured.
 
 Host clock from the start of the capture until the instantiated graph is in
-hand; freeing it is not timed. Median of the trials after one untimed
-capture, the peers taking turns trial by trial. Peers: numbagraph
-(``with ng.capture(s)``, the scalar argument a DeviceScalar, and a plain
-device array), cuda.core directly (``GraphBuilder.begin_building`` ...
-``end_building`` + ``complete``), the same numba launches run eagerly without
-any capture (what the launches alone cost), and the C++ floor.
+hand; freeing it is not timed. A trial makes captures back to back until
+they hold ``capture_launches`` launches (100 captures of 10 launches, 10 of
+100, one of 1000), so that a trial of small captures is not a few hundred
+microseconds, where one stray interruption moves the median; the graphs a
+trial made are freed before the next trial's clock starts. Median of the
+trials after one untimed trial, the peers taking turns trial by trial.
+Peers: numbagraph (``with ng.capture(s)``, the scalar argument a
+DeviceScalar, and a plain device array), cuda.core directly
+(``GraphBuilder.begin_building`` ... ``end_building`` + ``complete``), the
+same numba launches run eagerly without any capture (what the launches alone
+cost), and the C++ floor.
 """
 
 from __future__ import annotations
@@ -31,16 +36,22 @@ def _case(launches: int) -> str:
 
 
 def _captures(ctx: Context, launches: int, once, free) -> Contender:
-    """Each batch makes one capture with ``once()``; ``free`` frees them all
-    after the trials."""
+    """Each batch makes captures of ``launches`` launches with ``once()``
+    until they hold ``capture_launches`` launches; ``free`` frees one
+    capture's result, untimed, before the next batch and after the trials."""
+    captures = max(1, ctx.config.capture_launches // launches)
     made: list = []
 
-    def close():
-        for item in made:
-            free(item)
+    def batch():
+        for _ in range(captures):
+            made.append(once())
 
-    return Contender(lambda: made.append(once()), launches, numba_tiny(ctx).sync,
-                     close=close)
+    def free_all():
+        while made:
+            free(made.pop())
+
+    return Contender(batch, launches * captures, numba_tiny(ctx).sync,
+                     close=free_all, lead=free_all)
 
 
 def _numbagraph(scalar: bool):
@@ -120,7 +131,9 @@ def run(ctx: Context) -> SuiteResult:
     ctx.attempt(result, "C++", lambda: _cpp(ctx))
     result.notes.append(
         "host clock from the start of the capture to the instantiated graph; "
-        f"median of {ctx.config.capture_trials} trials after one untimed capture, "
+        f"each trial makes captures until they hold {ctx.config.capture_launches} "
+        "launches (or one capture of more); "
+        f"median of {ctx.config.capture_trials} trials after one untimed trial, "
         "the peers taking turns"
     )
     return result

@@ -51,6 +51,7 @@ class Config:
     max_repeats: int
     launch_repeats: int        # eager launches or loop steps per trial
     capture_trials: int
+    capture_launches: int      # launches per capture-suite trial (several captures when small)
     bandwidth_elements: int    # float32 elements per array in the bandwidth suite
     bandwidth_repeats: int
     app_timeout: float         # seconds an example may run
@@ -63,7 +64,7 @@ class Config:
                 quick=quick, simulated=True, elements=32,
                 graph_sizes=(1, 4), capture_sizes=(2, 4),
                 trials=2, warmup=1, target_units=8, min_repeats=1, max_repeats=4,
-                launch_repeats=4, capture_trials=2,
+                launch_repeats=4, capture_trials=2, capture_launches=4,
                 bandwidth_elements=64, bandwidth_repeats=1,
                 app_timeout=600.0, warm_seconds=0.0,
             )
@@ -72,7 +73,7 @@ class Config:
                 quick=True, simulated=False, elements=1024,
                 graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
                 trials=5, warmup=200, target_units=50_000, min_repeats=20,
-                max_repeats=2_000, launch_repeats=2_000, capture_trials=5,
+                max_repeats=2_000, launch_repeats=2_000, capture_trials=5, capture_launches=1000,
                 bandwidth_elements=1 << 28, bandwidth_repeats=5,
                 app_timeout=60.0, warm_seconds=1.0,
             )
@@ -80,7 +81,7 @@ class Config:
             quick=False, simulated=False, elements=1024,
             graph_sizes=(1, 10, 100, 1000), capture_sizes=(10, 100, 1000),
             trials=11, warmup=500, target_units=200_000, min_repeats=50,
-            max_repeats=5_000, launch_repeats=5_000, capture_trials=11,
+            max_repeats=5_000, launch_repeats=5_000, capture_trials=11, capture_launches=1000,
             bandwidth_elements=1 << 28, bandwidth_repeats=10,
             app_timeout=100.0, warm_seconds=2.0,
         )
