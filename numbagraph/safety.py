@@ -67,6 +67,7 @@ from .errors import (
 
 __all__ = [
     "guard_stream_work",
+    "guard_device_copy",
     "guard_host_wait",
     "guard_graph_launch",
     "guard_instantiation",
@@ -259,17 +260,7 @@ def _check_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     if not _is_device(ary):
         _check_host_to_device("copy_to_device() from a host array", handle)
         return
-    blockers = _stream_blockers(handle)
-    if blockers and _is_legacy(handle):
-        _refuse(
-            ForeignStreamInCaptureError, "copy_to_device() between device arrays",
-            blockers, _LEGACY_WHY,
-            "pass stream=s, the capturing stream, to record the copy",
-        )
-    session = _sessions.get(handle) if handle is not None else None
-    if session is not None:
-        # A device-to-device copy is recorded; its graph must keep both ends.
-        session.keep((self, ary))
+    guard_device_copy(handle, self, ary, "copy_to_device() between device arrays")
 
 
 def _selects_element(array: Any, item: Any) -> bool:
@@ -486,6 +477,26 @@ def guard_stream_work(handle: int, operation: str) -> None:
     join a capture implicitly (the legacy default stream while a blocking
     stream captures). Call only while a capture is active."""
     _check_legacy_work(operation, handle)
+
+
+def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) -> None:
+    """Guard ``operation``, a copy between the device arrays ``dst`` and
+    ``src`` enqueued on the stream ``handle``: refused on the legacy default
+    stream where it would join a capture; recorded by a capture on its own
+    stream, whose graph then keeps both arrays. Call only while a capture is
+    active."""
+    if _is_legacy(handle):
+        blockers = _stream_blockers(handle)
+        if blockers:
+            _refuse(
+                ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY,
+                "pass stream=s, the capturing stream, to record the copy",
+            )
+        return
+    session = _sessions.get(handle) if handle is not None else None
+    if session is not None:
+        raise_if_invalidated(session)
+        session.keep((dst, src))
 
 
 def guard_host_wait(handle: int, operation: str) -> None:

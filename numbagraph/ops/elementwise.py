@@ -18,9 +18,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..backend import active as _backend
-from ..capture import _sessions, raise_if_invalidated
+from ..capture import _sessions
 from ..errors import OpError
-from ..safety import guard_stream_work
+from ..safety import guard_device_copy
 from ..scalar import DeviceScalar
 from . import _functions, _launch, _map
 from ._operands import ALL, ARITHMETIC, FLOATS, flat, operand, output, overlaps
@@ -192,12 +192,7 @@ def _copy_whole(x: Input, out: Any, stream: Any) -> bool:
         return False
     handle = _launch.launch_handle(stream)
     if _sessions:
-        session = _sessions.get(handle)
-        if session is None:
-            guard_stream_work(handle, "copy_into on the legacy default stream")
-        else:
-            raise_if_invalidated(session)
-            session.keep((x_dev, out_dev))
+        guard_device_copy(handle, out_dev, x_dev, "copy_into on the legacy default stream")
     _backend.copy_device(out_dev, x_dev, handle)
     return True
 

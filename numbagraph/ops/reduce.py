@@ -60,10 +60,9 @@ def _plan(n: int, unroll: int) -> int:
 _scratch: dict[tuple[int, int], dict[tuple, Any]] = {}
 
 
-def _scratch_for(stream: Any, dtype: np.dtype, with_index: bool) -> tuple | None:
-    """The stream's part-result arrays, or None when they do not exist and
-    cannot be allocated now (a capture is in progress)."""
-    handle = _backend.stream_handle(stream)
+def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
+    """The part-result arrays of the stream with this handle, or None when
+    they do not exist and cannot be allocated now (a capture is in progress)."""
     key = (handle, _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
@@ -71,7 +70,7 @@ def _scratch_for(stream: Any, dtype: np.dtype, with_index: bool) -> tuple | None
     key = (dtype.str, with_index)
     arrays = per_stream.get(key)
     if arrays is None:
-        if active_sessions() or is_capturing(stream):
+        if active_sessions() or is_capturing(handle):
             return None
         size = _max_parts()
         values = cuda.device_array(size, dtype)
@@ -173,7 +172,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     out_t = _launch.array_type(out_dev.dtype)
     n = x_dev.size
     parts = _plan(n, _rk.ADDITIVE_UNROLL)
-    scratch = _scratch_for(stream, acc, False) if parts > 1 else None
+    scratch = _scratch_for(launch_on, acc, False) if parts > 1 else None
     if scratch is None:
         kernel = _kernel("single", family, build, (arr, arr, i64, i64, out_t, i64))
         kernel[1, threads, launch_on](xf, yf, n, parts, out_dev, fin)
@@ -224,7 +223,7 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
         raise OpError(f"{op} of an empty array has no value")
     out_t = _launch.array_type(out_dev.dtype)
     parts = _plan(n, _rk.EXTREME_UNROLL)
-    scratch = _scratch_for(stream, acc, True) if parts > 1 else None
+    scratch = _scratch_for(launch_on, acc, True) if parts > 1 else None
     if scratch is None:
         kernel = _kernel("single", family(out_dev), build,
                          (arr, i64, i64, out_t, types.boolean))
