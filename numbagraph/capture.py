@@ -43,7 +43,7 @@ class _Session:
 
     __slots__ = (
         "stream", "handle", "mode", "recording", "keepalive", "thread",
-        "_joins_legacy", "failure", "events", "_frees",
+        "_joins_legacy", "failure", "events",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -56,15 +56,10 @@ class _Session:
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
         self.events: weakref.WeakSet | None = None  # recorded inside; made on first use
-        # Freeing memory during a capture can break it; frees wait until the
-        # last capture ends.
-        self._frees = _backend.hold_frees()
         self._joins_legacy: bool | None = None
-        try:
-            self.recording = _backend.Recording(handle, mode)
-        except BaseException:
-            _backend.release_frees(self._frees)
-            raise
+        # Holds numba's frees until released in _remove: a free during a
+        # capture would break it.
+        self.recording = _backend.Recording(handle, mode)
 
     @property
     def joins_legacy(self) -> bool:
@@ -81,7 +76,6 @@ class _Session:
 
 _sessions: dict[int, _Session] = {}
 _sessions_lock = threading.Lock()
-watch_captures(_sessions)
 # handle -> the refused operation that ended the capture on that stream, so
 # that end_capture can say why there is no graph.
 _ended: dict[int, BaseException] = {}
@@ -176,9 +170,7 @@ def _remove(session: _Session) -> None:
     with _sessions_lock:
         if _sessions.get(session.handle) is session:
             del _sessions[session.handle]
-    frees, session._frees = session._frees, None
-    if frees is not None:
-        _backend.release_frees(frees)
+    session.recording.release_frees()
     if not _sessions:
         _run_deferred()
 
@@ -268,6 +260,9 @@ def release_when_idle(free: Callable[[], None]) -> None:
     ends. Safe to call from finalizers, on any thread."""
     _deferred.append(free)
     _run_deferred()
+
+
+watch_captures(_sessions, release_when_idle)
 
 
 def _run_deferred() -> None:

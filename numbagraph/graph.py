@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-import weakref
-from typing import Any
+from typing import Any, Callable
 
 from .backend import active as _backend
 from .errors import GraphClosedError, NumbagraphError
@@ -14,12 +13,17 @@ __all__ = ["CapturedGraph"]
 # The captures in progress, keyed by stream handle: capture.py's registry,
 # read here so that a launch checks it for one dict lookup.
 _captures: dict = {}
+# capture.release_when_idle, which frees a graph once no capture is active.
+_release_when_idle: Callable[[Callable[[], None]], None] = lambda free: free()
 
 
-def watch_captures(registry: dict) -> None:
-    """Consult ``registry`` (stream handle -> capture) before launches."""
-    global _captures
+def watch_captures(registry: dict,
+                   release_when_idle: Callable[[Callable[[], None]], None]) -> None:
+    """Consult ``registry`` (stream handle -> capture) before launches, and
+    free graphs through ``release_when_idle``."""
+    global _captures, _release_when_idle
     _captures = registry
+    _release_when_idle = release_when_idle
 
 
 def _guard_launch(handle: int, operation: str) -> None:
@@ -30,8 +34,9 @@ def _guard_launch(handle: int, operation: str) -> None:
 
 class _Resources:
     """What a graph must keep alive: its executable and every array its
-    kernels were given. The finalizer is bound to this holder, never to the
-    graph, so it cannot keep the graph alive."""
+    kernels were given. Only the graph refers to it, so it is released when
+    the graph is closed or dropped (a finalizer on the graph would cost a
+    capture ~2 us more), and nothing it holds keeps the graph alive."""
 
     __slots__ = ("executable", "keepalive")
 
@@ -46,9 +51,13 @@ class _Resources:
             return
         # Destroying a graph or freeing what it used can break a capture in
         # progress (on any thread), so that waits for no capture to be active.
-        from .capture import release_when_idle  # capture imports this module
+        _release_when_idle(functools.partial(_free, executable, keepalive))
 
-        release_when_idle(functools.partial(_free, executable, keepalive))
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001  at interpreter exit the driver may be gone
+            return
 
 
 def _free(executable: Any, keepalive: list) -> None:
@@ -92,7 +101,6 @@ class CapturedGraph:
         self._stream = stream
         self._handle = handle
         self._launchers: dict[int, Any] = {}
-        self._finalizer = weakref.finalize(self, _Resources.release, self._res)
 
     def _executable(self) -> Any:
         executable = self._res.executable
@@ -154,7 +162,7 @@ class CapturedGraph:
         """Free the graph now (or, during a capture, once no capture is
         active). Launching it afterwards raises GraphClosedError."""
         self._launchers = _ClosedLaunchers()
-        self._finalizer()
+        self._res.release()
 
     @property
     def closed(self) -> bool:

@@ -50,13 +50,14 @@ def _check(call: str, ret: tuple) -> Any:
 _core_streams: dict[int, tuple[Any, _CoreStream]] = {}
 
 
-def _core_stream(handle: int) -> _CoreStream:
+def _core_stream(handle: int, ctx: Any = None) -> _CoreStream:
     """A non-owning cuda.core view of the stream, made once per handle
     (making one costs a few us of every capture's begin). A view remembers
     the stream's context, so it is made again once numba's context for the
-    thread has changed: after a device reset a new stream may get an old
-    handle."""
-    ctx = _numba_context()
+    thread (``ctx``, looked up if not given) has changed: after a device
+    reset a new stream may get an old handle."""
+    if ctx is None:
+        ctx = _numba_context()
     entry = _core_streams.get(handle)
     if entry is None or entry[0] is not ctx:
         if len(_core_streams) > 1024:
@@ -85,7 +86,12 @@ def synchronize(handle: int) -> None:
 # ---------------------------------------------------------------- capture
 
 class Recording:
-    """One capture in progress on one stream."""
+    """One capture in progress on one stream.
+
+    cuMemFree during a capture is refused and invalidates it, so numba's
+    frees (memory, streams, events) wait from the start of the recording
+    until ``release_frees()``, called once the capture has ended.
+    """
 
     def __init__(self, handle: int, mode: str):
         self.handle = handle
@@ -93,8 +99,20 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        self._builder = _core_stream(handle).create_graph_builder()
-        self._builder.begin_building(mode)
+        ctx = _numba_context()
+        self._release: Callable[[], None] | None = _hold_frees(ctx)
+        try:
+            self._builder = _core_stream(handle, ctx).create_graph_builder()
+            self._builder.begin_building(mode)
+        except BaseException:
+            self.release_frees()
+            raise
+
+    def release_frees(self) -> None:
+        """Let numba free again; once is enough."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
     @property
     def builder(self):
@@ -259,36 +277,46 @@ def _numba_context() -> Any:
     return ctx
 
 
-def hold_frees() -> Any:
-    """Defer numba's frees (memory, streams, events) until ``release_frees``:
-    cuMemFree during a capture is refused and invalidates it.
+def _hold_frees(ctx: Any) -> Callable[[], None]:
+    """Defer numba's frees in ``ctx``; returns the call that ends the hold.
 
     Numba's own ``Context.defer_cleanup`` raises the disable count of two
-    pending-deallocation queues, the context's and its memory manager's,
-    through three generator context managers (7.6 us a capture on the H200).
-    With numba's memory manager the counts are raised here directly, which
-    is the same hold; a memory-manager plugin gets its own context manager.
+    pending-free queues, the context's and its memory manager's, through
+    three generator context managers (6.2 us a capture on the H200). With
+    numba's memory manager the counts are raised here directly, which is the
+    same hold; a memory-manager plugin gets its own context manager.
     """
-    ctx = _numba_context()
+    entry = _free_queues.get(id(ctx))
+    if entry is None or entry[0] is not ctx:
+        entry = _free_queues[id(ctx)] = (ctx, _counted_queues(ctx))
+    queues = entry[1]
+    if queues is None:
+        hold = ctx.defer_cleanup()
+        hold.__enter__()
+        return functools.partial(hold.__exit__, None, None, None)
+    for queue in queues:
+        queue._disable_count += 1
+    return functools.partial(_release_queues, queues)
+
+
+# id(numba Context) -> (the Context, its pending-free queues or None)
+_free_queues: dict[int, tuple[Any, tuple | None]] = {}
+
+
+def _counted_queues(ctx: Any) -> tuple | None:
+    """The queues whose counts numba's defer_cleanup raises in ``ctx``, when
+    its memory manager is numba's own; else None."""
     manager = ctx.memory_manager
     queues = (getattr(manager, "deallocations", None), ctx.deallocations)
     if (type(manager).defer_cleanup is _NUMBA_DEFER_CLEANUP
             and all(isinstance(getattr(q, "_disable_count", None), int) for q in queues)):
-        for queue in queues:
-            queue._disable_count += 1
-        return functools.partial(_release_queues, queues)
-    hold = ctx.defer_cleanup()
-    hold.__enter__()
-    return functools.partial(hold.__exit__, None, None, None)
+        return queues
+    return None
 
 
 def _release_queues(queues: tuple) -> None:
     for queue in queues:
         queue._disable_count -= 1
-
-
-def release_frees(hold: Any) -> None:
-    hold()
 
 
 # ---------------------------------------------------------------- scalars

@@ -124,6 +124,10 @@ class Recording:
         self._stop()
         self.nodes = []
 
+    def release_frees(self) -> None:
+        """Nothing to release: the simulator frees nothing through a driver,
+        so it never holds frees back."""
+
 
 class Executable:
     instantiated = True  # set on first use, as the driver instantiates then
@@ -185,14 +189,6 @@ def joins_legacy_stream(handle: int) -> bool:
     """Simulated streams behave as numba's: blocking, so the legacy default
     stream waits on them."""
     return True
-
-
-def hold_frees() -> None:
-    """The simulator frees nothing through a driver."""
-
-
-def release_frees(hold: None) -> None:
-    """See :func:`hold_frees`."""
 
 
 def _array_stream(array: Any, stream: Any) -> Any:
