@@ -266,15 +266,22 @@ def joins_legacy_stream(handle: int) -> bool:
 _numba_contexts: dict[int, Any] = {}
 
 
-def _numba_context() -> Any:
+def _current_context() -> tuple[int, Any]:
+    """(the current CUDA context's handle, numba's Context for it), made
+    current if no context is."""
     err, current = cu.cuCtxGetCurrent()
     key = int(current) if err == cu.CUresult.CUDA_SUCCESS else 0
     ctx = _numba_contexts.get(key) if key else None
     # A device reset (cuda.close()) gives the device a new Context object.
     if ctx is None or ctx.device.primary_context is not ctx:
         ctx = cuda.current_context()
-        _numba_contexts[int(ctx.handle)] = ctx
-    return ctx
+        key = int(ctx.handle)
+        _numba_contexts[key] = ctx
+    return key, ctx
+
+
+def _numba_context() -> Any:
+    return _current_context()[1]
 
 
 def _hold_frees(ctx: Any) -> Callable[[], None]:
@@ -496,14 +503,11 @@ _fallback_streams: dict[int, Any] = {}
 def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> None:
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with the
     launch hook applied as for every launch."""
-    err, ctx = cu.cuCtxGetCurrent()
-    ctx_key = int(ctx) if err == cu.CUresult.CUDA_SUCCESS else 0
+    ctx_key, ctx = _current_context()
     key = (dispatcher, ctx_key)
     plan = _plans.get(key, False)
     if plan is False:
-        plan = _launch_plan(dispatcher) if ctx_key else None
-        if ctx_key:
-            _plans[key] = plan
+        plan = _plans[key] = _launch_plan(dispatcher)
     if plan is None:
         stream = _fallback_streams.get(handle)
         if stream is None:
@@ -524,7 +528,7 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> 
         if len(_configs) > 4096:
             _configs.clear()
         config = _configs[(grid, block)] = LaunchConfig(grid=grid, block=block)
-    _core_launch(_core_stream(handle), config, kernel, *packed)
+    _core_launch(_core_stream(handle, ctx), config, kernel, *packed)
 
 
 # ---------------------------------------------------------------- conditionals
