@@ -361,15 +361,14 @@ def _check_event_wait_host(operation: str) -> Callable[..., None]:
     return check
 
 
-def _check_legacy_work(operation: str, handle: int | None) -> None:
+def _check_legacy_work(operation: str, handle: int | None,
+                       instead: str = "do it on the capturing stream to record it, "
+                                      "or on a stream from cuda.stream() to run it now",
+                       ) -> None:
     if _is_legacy(handle):
         blockers = _stream_blockers(handle)
         if blockers:
-            _refuse(
-                ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY,
-                "do it on the capturing stream to record it, or on a stream "
-                "from cuda.stream() to run it now",
-            )
+            _refuse(ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY, instead)
 
 
 def _check_event_record(self: Any, stream: Any = 0) -> None:
@@ -486,12 +485,8 @@ def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) ->
     stream, whose graph then keeps both arrays. Call only while a capture is
     active."""
     if _is_legacy(handle):
-        blockers = _stream_blockers(handle)
-        if blockers:
-            _refuse(
-                ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY,
-                "pass stream=s, the capturing stream, to record the copy",
-            )
+        _check_legacy_work(operation, handle,
+                           "pass stream=s, the capturing stream, to record the copy")
         return
     session = _sessions.get(handle) if handle is not None else None
     if session is not None:

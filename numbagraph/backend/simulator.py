@@ -199,10 +199,9 @@ def _device_copy(self, ary, stream=0):
     """``copy_to_device``: on the GPU a device-to-device copy on a capturing
     stream becomes a graph node, so here it is recorded too."""
     if getattr(ary, "__cuda_ndarray__", False):
-        recording = _recordings.get(stream_handle(_array_stream(self, stream)))
-        if recording is not None:
-            recording.nodes.append(functools.partial(_copy_to_device, self, ary))
-            return
+        _record_or_run(stream_handle(_array_stream(self, stream)),
+                       functools.partial(_copy_to_device, self, ary, stream))
+        return
     _copy_to_device(self, ary, stream)
 
 

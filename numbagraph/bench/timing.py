@@ -42,8 +42,9 @@ class Contender:
     waits for the device; ``stream`` (a numba stream, possibly an external
     one wrapping another framework's) enables CUDA-event timing; ``close()``
     frees what it used, after the trials; ``lead()``, if given, runs before
-    each trial's clocks start (untimed work that keeps the GPU busy while
-    the host enqueues the first timed unit)."""
+    each trial's clocks start: untimed work, such as a call that keeps the
+    GPU busy while the host enqueues the first timed unit, or freeing what
+    the last trial made."""
 
     batch: Callable[[], Any]
     units: float
