@@ -2,7 +2,9 @@
 
 A graph cannot allocate: every array its ops write must exist before the
 capture starts. These helpers make C-contiguous numba device arrays and
-refuse to run while the stream they would use captures.
+follow numbagraph's one allocation rule (docs/capture.md): refused, with
+AllocationInCaptureError, on the thread of a "thread_local" or "global"
+capture and everywhere during a "global" one, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -13,22 +15,12 @@ import numpy as np
 from numba import cuda
 
 from .backend import active as _backend
-from .capture import active_sessions, is_capturing
 from .errors import OpError
+from .safety import guard_allocation, guard_legacy_work
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like"]
 
 Shape = int | tuple[int, ...]
-
-
-def _refuse_in_capture(stream: Any, what: str) -> None:
-    # Refused here, before numba allocates, so the capture in progress lives on.
-    if active_sessions() or is_capturing(stream):
-        raise OpError(
-            f"{what} allocates device memory, which cannot happen while a capture "
-            "is in progress; allocate before the capture begins and write into "
-            "the array inside it"
-        )
 
 
 def _shape(shape: Shape) -> tuple[int, ...]:
@@ -45,8 +37,9 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
 
         out = ng.empty((4, 1024), np.float32)
     """
-    _refuse_in_capture(stream, "ng.empty")
-    return cuda.device_array(_shape(shape), np.dtype(dtype), stream=stream)
+    shape, dtype = _shape(shape), np.dtype(dtype)
+    guard_allocation("ng.empty()", _backend.stream_handle(stream))
+    return cuda.device_array(shape, dtype, stream=stream)
 
 
 def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
@@ -56,9 +49,12 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
 
         cache = ng.zeros((max_len, dim), np.float32, stream=s)
     """
-    _refuse_in_capture(stream, "ng.zeros")
-    array = cuda.device_array(_shape(shape), np.dtype(dtype), stream=stream)
-    _backend.memset_zero(array, _backend.stream_handle(stream))
+    shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
+    guard_allocation("ng.zeros()", handle)
+    guard_legacy_work(handle, "ng.zeros() filling on the legacy default stream",
+                      "pass stream= a stream from cuda.stream()")
+    array = cuda.device_array(shape, dtype, stream=stream)
+    _backend.memset_zero(array, handle)
     return array
 
 

@@ -26,8 +26,8 @@ import numbers
 import threading
 from typing import Any
 
+from . import _registry
 from .backend import active as _backend
-from .capture import active_sessions, recording_for, register_device_wrapper
 from .errors import ConditionalError
 
 __all__ = [
@@ -107,7 +107,7 @@ class _Blocks:
 
     def alive(self) -> bool:
         session = self.session
-        return session is not None and recording_for(session.handle) is session
+        return session is not None and session.current
 
     def _finish(self) -> None:
         """Run as the capture ends, before the graph is built."""
@@ -150,7 +150,7 @@ def _blocks_for(session: Any) -> _Blocks:
 
 def _session_for(stream: Any, what: str) -> Any:
     if stream is not None:
-        session = recording_for(_backend.stream_handle(stream))
+        session = _registry.sessions.get(_backend.stream_handle(stream))
         if session is None:
             raise ConditionalError(
                 f"{stream!r} is not capturing: {what} only inside "
@@ -158,9 +158,7 @@ def _session_for(stream: Any, what: str) -> Any:
             )
         return session
     here = threading.get_ident()
-    sessions = [
-        s for s in active_sessions() if getattr(s, "thread", here) == here
-    ]
+    sessions = [s for s in _registry.active() if s.thread == here]
     if len(sessions) == 1:
         return sessions[0]
     if not sessions:
@@ -279,7 +277,7 @@ def _kernel_argument(cond: Condition) -> Any:
     return _backend.condition_argument(cond._state)
 
 
-register_device_wrapper(Condition, _kernel_argument)
+_registry.register_device_wrapper(Condition, _kernel_argument)
 
 
 # ---------------------------------------------------------------- blocks

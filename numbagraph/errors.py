@@ -60,7 +60,9 @@ class UncapturableOperationError(CaptureError):
 
 
 class AllocationInCaptureError(UncapturableOperationError):
-    """Device, pinned or mapped memory was allocated during a capture."""
+    """Device, pinned or mapped memory was to be allocated where a capture
+    forbids it (by numba, ``ng.empty`` and its kin, or any other numba
+    allocator): refused before anything was allocated."""
 
 
 class HostArrayInCaptureError(UncapturableOperationError):

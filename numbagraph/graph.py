@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
+from ._registry import release_when_idle
+from ._registry import sessions as _captures
 from .backend import active as _backend
 from .errors import GraphClosedError, NumbagraphError
+from .safety import guard_graph_launch, guard_instantiation
 
 __all__ = ["CapturedGraph"]
-
-# The captures in progress, keyed by stream handle: capture.py's registry,
-# read here so that a launch checks it for one dict lookup.
-_captures: dict = {}
-# capture.release_when_idle, which frees a graph once no capture is active.
-_release_when_idle: Callable[[Callable[[], None]], None] = lambda free: free()
-
-
-def watch_captures(registry: dict,
-                   release_when_idle: Callable[[Callable[[], None]], None]) -> None:
-    """Consult ``registry`` (stream handle -> capture) before launches, and
-    free graphs through ``release_when_idle``."""
-    global _captures, _release_when_idle
-    _captures = registry
-    _release_when_idle = release_when_idle
-
-
-def _guard_launch(handle: int, operation: str) -> None:
-    from .safety import guard_graph_launch  # safety imports capture, which imports this
-
-    guard_graph_launch(handle, operation)
 
 
 class _Resources:
     """What a graph must keep alive: its executable and every array its
     kernels were given. Only the graph refers to it, so it is released when
-    the graph is closed or dropped (a finalizer on the graph would cost a
-    capture ~2 us more), and nothing it holds keeps the graph alive."""
+    the graph is closed or dropped, and nothing it holds keeps the graph
+    alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
+    graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive")
 
@@ -51,7 +34,7 @@ class _Resources:
             return
         # Destroying a graph or freeing what it used can break a capture in
         # progress (on any thread), so that waits for no capture to be active.
-        _release_when_idle(functools.partial(_free, executable, keepalive))
+        release_when_idle(functools.partial(_free, executable, keepalive))
 
     def __del__(self) -> None:
         try:
@@ -115,8 +98,6 @@ class CapturedGraph:
         if not executable.instantiated:
             # Captured while another capture was active; instantiating is
             # itself refused during some captures.
-            from .safety import guard_instantiation  # safety imports capture
-
             guard_instantiation()
         return executable
 
@@ -127,7 +108,7 @@ class CapturedGraph:
         """Replay the graph on ``stream`` (default: the capture stream)."""
         handle = self._handle if stream is None else _backend.stream_handle(stream)
         if _captures:
-            _guard_launch(handle, "graph.launch()")
+            guard_graph_launch(handle, "graph.launch()")
         launch = self._launchers.get(handle)
         if launch is None:
             launch = self._launchers[handle] = self._instantiated().launcher(handle)
@@ -138,7 +119,7 @@ class CapturedGraph:
         launch does not pay for it."""
         handle = self._target(stream)
         if _captures:
-            _guard_launch(handle, "graph.upload()")
+            guard_graph_launch(handle, "graph.upload()")
         self._instantiated().upload(handle)
 
     def update(self, other: "CapturedGraph") -> None:

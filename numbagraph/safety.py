@@ -4,21 +4,14 @@ During a capture, CUDA refuses some calls with a cryptic error that
 invalidates the whole capture (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``,
 ``..._IMPLICIT``), and records others silently into a graph that then does
 the wrong thing (``copy_to_host(stream=s)`` becomes a copy into a temporary
-that nobody reads). This module checks numba's entry points before the driver
-sees them, on both backends, so that each such operation raises a
-:class:`~numbagraph.errors.UncapturableOperationError` that names it, says why
-it cannot be captured and what to do instead. The operation does not run;
-the captures it would have broken are ended and their graphs discarded.
-
-Checked, once, as numbagraph is imported: ``cuda.to_device``,
-``device_array``, ``device_array_like``, ``pinned_array(_like)``,
-``mapped_array(_like)``, ``managed_array``, ``pinned``, ``mapped``,
-``cuda.synchronize``; device arrays' ``copy_to_host``, ``copy_to_device``,
-element reads and writes; streams' ``synchronize``; events' ``record``,
-``wait``, ``synchronize`` and ``query``; and every kernel launch. Code that
-bound one of these functions before numbagraph was imported
-(``from numba.cuda import to_device``) keeps the unchecked one; the driver's
-error is then translated when the capture ends.
+that nobody reads). This module holds the checks of numba's entry points,
+run before the driver sees them, on both backends, so that each such
+operation raises a :class:`~numbagraph.errors.UncapturableOperationError`
+that names it, says why it cannot be captured and what to do instead. The
+operation does not run; the captures it would have broken are ended and
+their graphs discarded. :mod:`numbagraph._patches` puts the checks in front
+of numba's functions (its table lists them); :func:`on_launch` is the check
+every kernel launch passes through.
 
 Which calls are refused depends on the capture mode, as in CUDA:
 
@@ -37,25 +30,16 @@ Which calls are refused depends on the capture mode, as in CUDA:
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
-from numba import cuda
 from numba.cuda.args import ArgHint
 
+from . import _registry
+from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, raise_if_invalidated
 from .backend import active as _backend
-from .capture import (
-    _LEGACY_DEFAULT_HANDLES,
-    _sessions,
-    active_sessions,
-    consequence,
-    invalidate,
-    raise_if_invalidated,
-    set_launch_validator,
-)
 from .errors import (
     AllocationInCaptureError,
     ForeignStreamInCaptureError,
@@ -66,13 +50,20 @@ from .errors import (
 )
 
 __all__ = [
-    "guard_stream_work",
+    "on_launch",
+    "allocation_allowed",
+    "guard_allocation",
+    "guard_legacy_work",
     "guard_device_copy",
     "guard_host_wait",
     "guard_graph_launch",
     "guard_instantiation",
-    "GUARDED_FUNCTIONS",
+    "Check",
+    "CHECKS",
 ]
+
+# Read on every call during a capture: the registry's dict itself.
+_sessions = _registry.sessions
 
 
 # ---------------------------------------------------------------- policy
@@ -81,7 +72,7 @@ def _thread_blockers() -> list:
     """The captures that forbid this thread a "potentially unsafe" call."""
     me = threading.get_ident()
     return [
-        s for s in active_sessions()
+        s for s in _registry.active()
         if s.mode == "global" or (s.mode == "thread_local" and s.thread == me)
     ]
 
@@ -90,8 +81,8 @@ def _stream_blockers(handle: int | None) -> list:
     """The captures that work enqueued on the stream ``handle`` would break."""
     if handle is None:
         return []
-    if handle in _LEGACY_DEFAULT_HANDLES:
-        return [s for s in active_sessions() if s.joins_legacy]
+    if handle in LEGACY_DEFAULT_HANDLES:
+        return [s for s in _registry.active() if s.joins_legacy]
     session = _sessions.get(handle)
     return [] if session is None else [session]
 
@@ -149,7 +140,7 @@ def _is_device(obj: Any) -> bool:
 
 
 def _is_legacy(handle: int | None) -> bool:
-    return handle in _LEGACY_DEFAULT_HANDLES
+    return handle in LEGACY_DEFAULT_HANDLES
 
 
 _LEGACY_WHY = (
@@ -170,17 +161,56 @@ _ALLOCATION_INSTEAD = (
 )
 
 
+# ---------------------------------------------------------------- allocation
+
+# The one allocation rule, for numba's allocators, ng.empty and its kin, and
+# numbagraph's own scratch alike: CUDA's rule for "potentially unsafe" calls.
+# An allocation is refused on the thread of a "thread_local" or "global"
+# capture, and on every thread while a "global" capture runs; elsewhere it
+# runs at once, outside any graph. An allocation made for a stream that
+# captures outside numbagraph (whose mode it cannot know) is refused too.
+# A refusal is an UncapturableOperationError like the others: it ends the
+# captures that forbid the allocation.
+
+def _foreign_capture(handle: int | None) -> bool:
+    return (handle is not None and not _is_legacy(handle) and handle not in _sessions
+            and _backend.is_capturing(handle))
+
+
+def allocation_allowed(handle: int | None = None) -> bool:
+    """Whether this thread may allocate device memory now, for the stream
+    ``handle`` if given."""
+    if _sessions and _thread_blockers():
+        return False
+    return not _foreign_capture(handle)
+
+
+def guard_allocation(operation: str, handle: int | None = None, how: str = "") -> None:
+    """Refuse ``operation``, which allocates (for the stream ``handle``, if
+    given), where the allocation rule forbids it: raises
+    AllocationInCaptureError and ends the captures that forbid it. ``how``,
+    if given, says how the operation comes to allocate."""
+    blockers = _thread_blockers() if _sessions else []
+    if blockers:
+        _refuse(
+            AllocationInCaptureError, operation, blockers,
+            how + _ALLOCATION_WHY.format(_mode_clause(blockers)),
+            _ALLOCATION_INSTEAD,
+        )
+    if _foreign_capture(handle):
+        raise AllocationInCaptureError(
+            f"{operation} cannot run while its stream captures, in a capture begun "
+            "outside numbagraph: " + how + _ALLOCATION_WHY.format(
+                "during captures in mode 'global' or 'thread_local'")
+            + f". Instead, {_ALLOCATION_INSTEAD}"
+        )
+
+
 # ---------------------------------------------------------------- checks
 
 def _check_allocation(operation: str) -> Callable[..., None]:
     def check(*args: Any, **kwargs: Any) -> None:
-        blockers = _thread_blockers()
-        if blockers:
-            _refuse(
-                AllocationInCaptureError, operation, blockers,
-                _ALLOCATION_WHY.format(_mode_clause(blockers)),
-                _ALLOCATION_INSTEAD,
-            )
+        guard_allocation(operation)
     return check
 
 
@@ -202,6 +232,9 @@ def _check_host_to_device(operation: str, handle: int | None) -> None:
         )
     _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
 
+
+# How numba comes to allocate while handling a host value ({} names it).
+_NUMBA_TEMPORARY = "numba copies {} through a temporary device array, and "
 
 _BLOCKING_WHY = (
     "it blocks the host until the work before it on the stream has finished; "
@@ -246,7 +279,7 @@ def _check_device_to_host(operation: str, handle: int | None) -> None:
 def _check_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> None:
     if _is_device(obj) or to is not None:
         return  # no allocation; a copy into `to` is checked by copy_to_device
-    _check_allocation("cuda.to_device()")()
+    guard_allocation("cuda.to_device()")
     if copy:
         _check_host_to_device("cuda.to_device()", _handle(stream))
 
@@ -285,14 +318,7 @@ def _check_setitem(self: Any, key: Any, value: Any, stream: Any = 0) -> None:
     operation = "assigning into a device array (x[...] = value)"
     if not _is_device(value):
         _check_host_to_device(operation, handle)
-        blockers = _thread_blockers()
-        if blockers:
-            _refuse(
-                AllocationInCaptureError, operation, blockers,
-                "numba copies the value through a temporary device array, and "
-                + _ALLOCATION_WHY.format(_mode_clause(blockers)),
-                _ALLOCATION_INSTEAD,
-            )
+        guard_allocation(operation, how=_NUMBA_TEMPORARY.format("the value"))
         return
     blockers = _stream_blockers(handle)
     if blockers:
@@ -312,7 +338,7 @@ _SYNC_INSTEAD = (
 
 
 def _check_device_synchronize(*args: Any, **kwargs: Any) -> None:
-    blockers = active_sessions()
+    blockers = _registry.active()
     if blockers:
         _refuse(
             SyncInCaptureError, "cuda.synchronize()", blockers,
@@ -339,7 +365,7 @@ def _check_stream_synchronize(self: Any) -> None:
 
 def _recorded_in(event: Any) -> Any:
     """The capture in progress that ``event`` was last recorded in, if any."""
-    for session in active_sessions():
+    for session in _registry.active():
         if session.events is not None and event in session.events:
             return session
     return None
@@ -361,23 +387,13 @@ def _check_event_wait_host(operation: str) -> Callable[..., None]:
     return check
 
 
-def _check_legacy_work(operation: str, handle: int | None,
-                       instead: str = "do it on the capturing stream to record it, "
-                                      "or on a stream from cuda.stream() to run it now",
-                       ) -> None:
-    if _is_legacy(handle):
-        blockers = _stream_blockers(handle)
-        if blockers:
-            _refuse(ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY, instead)
-
-
 def _check_event_record(self: Any, stream: Any = 0) -> None:
-    _check_legacy_work("event.record() on the legacy default stream", _handle(stream))
+    guard_legacy_work(_handle(stream), "event.record() on the legacy default stream")
 
 
 def _track_event_record(self: Any, stream: Any = 0) -> None:
     handle = _handle(stream)
-    for session in active_sessions():
+    for session in _registry.active():
         if session.handle == handle:
             if session.events is None:
                 session.events = weakref.WeakSet()
@@ -388,7 +404,7 @@ def _track_event_record(self: Any, stream: Any = 0) -> None:
 
 def _check_event_wait(self: Any, stream: Any = 0) -> None:
     handle = _handle(stream)
-    _check_legacy_work("event.wait() on the legacy default stream", handle)
+    guard_legacy_work(handle, "event.wait() on the legacy default stream")
     owner = _recorded_in(self)
     target = _sessions.get(handle) if handle is not None else None
     if owner is not None and owner is not target:
@@ -441,9 +457,7 @@ def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     if session is not None and session.failure is not None:
         raise_if_invalidated(session)
     if _is_legacy(handle):
-        _check_legacy_work(
-            f"launching {_kernel_name(kernel)} on the legacy default stream", handle
-        )
+        guard_legacy_work(handle, f"launching {_kernel_name(kernel)} on the legacy default stream")
     if not _has_host_array(args):
         return
     operation = f"launching {_kernel_name(kernel)} with a host (NumPy) array argument"
@@ -463,19 +477,62 @@ def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     if blockers:
         _refuse(
             HostArrayInCaptureError, operation, blockers,
-            "numba would copy it through a temporary device array, and "
-            + _ALLOCATION_WHY.format(_mode_clause(blockers)),
+            _NUMBA_TEMPORARY.format("it") + _ALLOCATION_WHY.format(_mode_clause(blockers)),
             instead,
         )
 
 
+def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
+    """The check every kernel launch passes through, on both backends: it
+    returns the arguments the kernel is launched with.
+
+    While a capture is active, a launch that may break it is validated: one
+    on the legacy default stream, on a stream whose capture another thread
+    invalidated, or with an argument whose type may carry host memory. A
+    launch on a capturing stream keeps its kernel and arguments alive with
+    the graph. Instances of registered device wrappers are unwrapped once
+    the launch is allowed (a Condition's unwrapping marks it set).
+    """
+    # Hot path (every launch, eager or captured): one pass over the
+    # arguments serves both checks, and the unwrapping is a plain loop.
+    wrappers, never_host = _registry.device_wrappers, _never_host
+    check = wrapped = False
+    for arg in args:
+        kind = type(arg)
+        if kind not in never_host:
+            check = True
+        if kind in wrappers:
+            wrapped = True
+    if _sessions:
+        session = _sessions.get(handle)
+        if (check or handle in LEGACY_DEFAULT_HANDLES
+                or (session is not None and session.failure is not None)):
+            _check_launch(handle, kernel, args)
+        if session is not None:
+            session.keepalive.append((kernel, args))
+    if not wrapped:
+        return args
+    unwrapped = list(args)
+    for i, arg in enumerate(unwrapped):
+        unwrap = wrappers.get(type(arg))
+        if unwrap is not None:
+            unwrapped[i] = unwrap(arg)
+    return tuple(unwrapped)
+
+
 # ---------------------------------------------------------------- public
 
-def guard_stream_work(handle: int, operation: str) -> None:
+def guard_legacy_work(handle: int | None, operation: str,
+                      instead: str = "do it on the capturing stream to record it, "
+                                     "or on a stream from cuda.stream() to run it now",
+                      ) -> None:
     """Refuse ``operation``, enqueued on the stream ``handle``, when it would
     join a capture implicitly (the legacy default stream while a blocking
-    stream captures). Call only while a capture is active."""
-    _check_legacy_work(operation, handle)
+    stream captures)."""
+    if _is_legacy(handle):
+        blockers = _stream_blockers(handle)
+        if blockers:
+            _refuse(ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY, instead)
 
 
 def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) -> None:
@@ -485,8 +542,8 @@ def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) ->
     stream, whose graph then keeps both arrays. Call only while a capture is
     active."""
     if _is_legacy(handle):
-        _check_legacy_work(operation, handle,
-                           "pass stream=s, the capturing stream, to record the copy")
+        guard_legacy_work(handle, operation,
+                          "pass stream=s, the capturing stream, to record the copy")
         return
     session = _sessions.get(handle) if handle is not None else None
     if session is not None:
@@ -523,7 +580,7 @@ def guard_graph_launch(handle: int, operation: str) -> None:
             "launch the graph after the capture ends, or launch its kernels "
             "inside the capture",
         )
-    _check_legacy_work(f"{operation} on the legacy default stream", handle)
+    guard_legacy_work(handle, f"{operation} on the legacy default stream")
 
 
 def guard_instantiation() -> None:
@@ -542,77 +599,63 @@ def guard_instantiation() -> None:
         )
 
 
-# ---------------------------------------------------------------- install
+# ---------------------------------------------------------------- entry points
 
-def _guarded(original: Callable[..., Any], check: Callable[..., None],
-             after: Callable[..., None] | None = None) -> Callable[..., Any]:
-    if getattr(original, "__numbagraph_original__", None) is not None:
-        return original  # installed already
+class Check(NamedTuple):
+    """How one of numba's entry points is checked while a capture is in
+    progress: ``check(*args, **kwargs)`` before the call, which raises to
+    refuse it, and ``after(*args, **kwargs)`` once it has run."""
 
-    @functools.wraps(original)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        if _sessions:
-            check(*args, **kwargs)
-            result = original(*args, **kwargs)
-            if after is not None:
-                after(*args, **kwargs)
-            return result
-        return original(*args, **kwargs)
-
-    guarded.__numbagraph_original__ = original
-    return guarded
+    check: Callable[..., None]
+    why: str
+    after: Callable[..., None] | None = None
 
 
-# numba.cuda functions: name -> check(*args, **kwargs)
-GUARDED_FUNCTIONS: dict[str, Callable[..., None]] = {
-    "to_device": _check_to_device,
-    "synchronize": _check_device_synchronize,
-    **{
-        name: _check_allocation(f"cuda.{name}()")
-        for name in (
-            "device_array", "device_array_like", "pinned_array",
-            "pinned_array_like", "mapped_array", "mapped_array_like",
-            "managed_array", "pinned", "mapped",
-        )
+_ALLOCATES = "refused where a capture forbids allocation"
+
+CHECKS: dict[str, dict[str, Check]] = {
+    # numba.cuda's functions
+    "function": {
+        "to_device": Check(_check_to_device, "refused where it would allocate or copy "
+                                             "from the host into a capture"),
+        "synchronize": Check(_check_device_synchronize,
+                             "refused while any capture runs: it waits on capturing streams"),
+        **{
+            name: Check(_check_allocation(f"cuda.{name}()"), _ALLOCATES)
+            for name in (
+                "device_array", "device_array_like", "pinned_array",
+                "pinned_array_like", "mapped_array", "mapped_array_like",
+                "managed_array", "pinned", "mapped",
+            )
+        },
+    },
+    # methods of numba's device array classes
+    "array": {
+        "copy_to_host": Check(_check_copy_to_host, "refused on a capturing stream, "
+                                                   "where it would copy nothing now"),
+        "copy_to_device": Check(_check_copy_to_device, "a host copy is refused on a "
+                                "capturing stream; a device copy is kept with the graph"),
+        **{name: Check(_check_getitem, "reading an element copies it to the host")
+           for name in ("__getitem__", "getitem")},
+        **{name: Check(_check_setitem, "assigning from the host copies and allocates")
+           for name in ("__setitem__", "setitem")},
+    },
+    # methods of numba's stream class
+    "stream": {
+        "synchronize": Check(_check_stream_synchronize,
+                             "refused on a capturing stream and where a capture forbids "
+                             "blocking the host"),
+    },
+    # methods of numba's event class
+    "event": {
+        "record": Check(_check_event_record, "refused on the legacy default stream; "
+                        "events recorded inside a capture are tracked",
+                        _track_event_record),
+        "wait": Check(_check_event_wait, "a stream may not join a capture through an event"),
+        **{name: Check(_check_event_wait_host(f"event.{name}()"),
+                       "refused for an event recorded inside a capture")
+           for name in ("synchronize", "query")},
     },
 }
-
-# method name -> check(self, *args, **kwargs), on the device array classes
-_ARRAY_METHODS: dict[str, Callable[..., None]] = {
-    "copy_to_host": _check_copy_to_host,
-    "copy_to_device": _check_copy_to_device,
-    "__getitem__": _check_getitem,
-    "getitem": _check_getitem,
-    "__setitem__": _check_setitem,
-    "setitem": _check_setitem,
-}
-
-
-def _install() -> None:
-    import sys
-
-    for name, check in GUARDED_FUNCTIONS.items():
-        original = getattr(cuda, name, None)
-        if original is None:
-            continue
-        guarded = _guarded(original, check)
-        for module in (cuda, sys.modules.get("numba.cuda.api")):
-            if module is not None and getattr(module, name, None) is original:
-                setattr(module, name, guarded)
-    for cls in _backend.DEVICE_ARRAY_TYPES:
-        for name, check in _ARRAY_METHODS.items():
-            if name in vars(cls):
-                setattr(cls, name, _guarded(vars(cls)[name], check))
-    stream_cls, event_cls = _backend.STREAM_TYPE, _backend.EVENT_TYPE
-    stream_cls.synchronize = _guarded(stream_cls.synchronize, _check_stream_synchronize)
-    event_cls.record = _guarded(event_cls.record, _check_event_record, _track_event_record)
-    event_cls.wait = _guarded(event_cls.wait, _check_event_wait)
-    for name in ("synchronize", "query"):
-        if name in vars(event_cls):
-            setattr(event_cls, name, _guarded(
-                vars(event_cls)[name], _check_event_wait_host(f"event.{name}()")
-            ))
-    set_launch_validator(_check_launch, _never_host)
-
-
-_install()
+"""How each of numba's guarded entry points is checked, by kind of owner;
+:mod:`numbagraph._patches` installs them."""

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from ._registry import register_device_wrapper
+from ._registry import sessions as _sessions
 from .backend import active as _backend
-from .capture import _sessions, register_device_wrapper
 from .errors import ScalarValueError
-from .safety import guard_host_wait, guard_stream_work
+from .safety import guard_host_wait, guard_legacy_work
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
 
@@ -175,7 +176,7 @@ class DeviceScalar:
             return
         session = _sessions.get(self._handle)
         if session is None:
-            guard_stream_work(
+            guard_legacy_work(
                 self._handle, "DeviceScalar.update() on the legacy default stream"
             )
             self._store(value)

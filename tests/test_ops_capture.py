@@ -96,6 +96,7 @@ def test_ops_launch_through_their_planned_layout_and_other_kernels_through_numba
     from numba.cuda import types
 
     from numbagraph.backend import driver
+    from numbagraph.safety import on_launch
 
     x = cuda.to_device(host(N))
     out = ng.empty(N, np.float32)
@@ -111,7 +112,7 @@ def test_ops_launch_through_their_planned_layout_and_other_kernels_through_numba
             z[i] += by
 
     z = cuda.to_device(np.zeros(N, np.complex64))
-    driver.launch(shift, 1, N, int(stream.handle), (z, np.complex64(1 + 2j)))
+    driver.launch(shift, 1, N, int(stream.handle), (z, np.complex64(1 + 2j)), on_launch)
     np.testing.assert_array_equal(z.copy_to_host(stream=stream), np.complex64(1 + 2j))
     assert driver._plans[(shift, int(cuda.current_context().handle))] is None
 
@@ -183,7 +184,7 @@ def test_argmax_into_a_scalar_feeds_the_next_op_on_the_device(stream):
 
 
 BAD_CALLS = ["wrong-dtype", "wrong-shape", "host-array", "value-does-not-fit",
-             "reduction-out", "index-out-of-range", "allocation", "allocation-elsewhere"]
+             "reduction-out", "index-out-of-range"]
 
 
 @pytest.mark.parametrize("bad", BAD_CALLS)
@@ -204,8 +205,6 @@ def test_bad_call_inside_a_capture_leaves_it_recording(stream, bad):
         "value-does-not-fit": lambda: ng.add_into(x, "2", out, stream=stream),
         "reduction-out": lambda: ng.sum_into(x, out, stream=stream),
         "index-out-of-range": lambda: ng.take_into(wrong["table"], 9, out, stream=stream),
-        "allocation": lambda: ng.empty(N, np.float32, stream=stream),
-        "allocation-elsewhere": lambda: ng.zeros(N, np.float32),
     }
     ng.add_into(x, 1.0, out, stream=stream)
     ng.mul_into(out, 2.0, out, stream=stream)
@@ -219,6 +218,59 @@ def test_bad_call_inside_a_capture_leaves_it_recording(stream, bad):
     assert cap.graph.num_nodes == 2
     cap.graph.launch()
     np.testing.assert_allclose(out.copy_to_host(stream=stream), (a + 1) * 2, rtol=1e-6)
+
+
+ALLOCATIONS = {
+    "ng.empty": lambda s: ng.empty(N, np.float32, stream=s),
+    "ng.zeros elsewhere": lambda s: ng.zeros(N, np.float32),
+    "ng.empty_like": lambda s: ng.empty_like(np.zeros(N, np.float32), stream=s),
+    "cuda.device_array": lambda s: cuda.device_array(N, np.float32, stream=s),
+}
+
+
+@pytest.mark.parametrize("allocate", list(ALLOCATIONS))
+@pytest.mark.parametrize("mode", ["thread_local", "global"])
+def test_every_allocation_follows_one_rule_in_a_strict_capture(stream, allocate, mode):
+    with pytest.raises(ng.AllocationInCaptureError) as refused:
+        with ng.capture(stream, mode=mode):
+            ALLOCATIONS[allocate](stream)
+    assert "allocat" in str(refused.value) and "Instead" in str(refused.value)
+    assert not ng.is_capturing(stream)
+    assert ALLOCATIONS[allocate](stream).size == N  # usable again afterwards
+
+
+@pytest.mark.parametrize("allocate", ["ng.empty", "ng.zeros", "cuda.device_array"])
+def test_every_allocation_runs_at_once_in_a_relaxed_capture(stream, allocate):
+    calls = {**ALLOCATIONS, "ng.zeros": lambda s: ng.zeros(N, np.float32, stream=s)}
+    x = cuda.to_device(host(N))
+    ng.add_into(x, 1.0, x, stream=stream)
+    with ng.capture(stream, mode="relaxed") as cap:
+        made = calls[allocate](stream)
+        ng.add_into(x, 1.0, x, stream=stream)
+    assert made.size == N
+    # ng.zeros's fill is work on the capturing stream: recorded, as any other.
+    assert cap.graph.num_nodes == (2 if allocate == "ng.zeros" else 1)
+
+
+def test_reduction_scratch_follows_the_allocation_rule(stream, other_stream):
+    """A reduction first run inside a strict capture cannot allocate its
+    scratch and uses one block; in a relaxed capture it allocates it."""
+    from numbagraph.ops import _reduce_kernels, reduce as _reduce
+
+    x = cuda.to_device(host(4 * _reduce_kernels.ADDITIVE_UNROLL * active.launch_limits()[1]))
+    out = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    for s, mode, expect_scratch in ((stream, "thread_local", False),
+                                    (other_stream, "relaxed", True)):
+        handle = active.stream_handle(s)
+        _reduce._scratch.pop((handle, active.current_device_id()), None)
+        target = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
+        with ng.capture(s, mode=mode) as cap:
+            ng.sum_into(x, target, stream=s)
+        cap.graph.launch(s)
+        scratch = _reduce._scratch.get((handle, active.current_device_id()), {})
+        assert bool(scratch) == expect_scratch
+        ng.sum_into(x, out, stream=stream)
+        assert target.value == out.value
 
 
 @pytest.mark.parametrize("op", ["sum", "norm2", "argmax"])

@@ -13,7 +13,7 @@ from numba import cuda
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR, device_zeros
-from numbagraph.capture import active_sessions
+from numbagraph._registry import active as active_sessions
 
 STRICT_MODES = ("thread_local", "global")
 

@@ -2,9 +2,12 @@
 
 ``driver`` records launches into real CUDA graphs through cuda.core and
 cuda.bindings; ``simulator`` runs the same API on Numba's CUDA simulator,
-recording launches as Python calls and replaying them in order. Both modules
-expose the same functions; everything above this package calls them through
-:data:`active` and never asks which one it got.
+recording launches as Python calls and replaying them in order. Each is
+three modules (core, ``_conditional``, ``_ops``) that together implement
+:class:`~numbagraph.backend.interface.Backend`; :data:`active` holds exactly
+that interface's members for the backend in use. Everything above this
+package calls the backend through :data:`active` and never asks which one it
+got.
 
 Selection happens once, before ``numba.cuda`` is first imported:
 
@@ -65,9 +68,13 @@ _select()
 
 from numba.cuda.core import config as _numba_config  # noqa: E402
 
+from .interface import Backend, bind  # noqa: E402
+
 if _numba_config.ENABLE_CUDASIM:
-    from . import simulator as active
+    from . import simulator as _core, simulator_conditional as _conditional, simulator_ops as _ops
 else:
-    from . import driver as active
+    from . import driver as _core, driver_conditional as _conditional, driver_ops as _ops
+
+active: Backend = bind(_core.NAME, _core, _conditional, _ops)
 
 __all__ = ["active"]

@@ -18,31 +18,14 @@ from numba import cuda
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher
 
-from ._streams import stream_handle  # noqa: F401  (part of the backend API)
+from numba.cuda.cudadrv import devicearray as _devicearray
+from numba.cuda.cudadrv import driver as _numba_driver
+
+from ._streams import stream_handle  # noqa: F401  (a backend member)
+from .driver_base import CAPTURE_INVALIDATED, DriverError, capture_status, check, is_capturing
+from .interface import LaunchHook, Patch
 
 NAME = "cuda"
-
-_CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
-_CAPTURE_NONE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
-
-
-class DriverError(RuntimeError):
-    """A driver call failed; ``result`` is the ``CUresult``."""
-
-    def __init__(self, call: str, result: Any):
-        _, name = cu.cuGetErrorName(result)
-        _, text = cu.cuGetErrorString(result)
-        self.result = result
-        name = name.decode() if isinstance(name, bytes) else name
-        text = text.decode() if isinstance(text, bytes) else text
-        super().__init__(f"{call} failed: {name}: {text}")
-
-
-def _check(call: str, ret: tuple) -> Any:
-    err = ret[0]
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise DriverError(call, err)
-    return ret[1] if len(ret) == 2 else ret[1:]
 
 
 # ---------------------------------------------------------------- streams
@@ -51,8 +34,8 @@ _core_streams: dict[int, tuple[Any, _CoreStream]] = {}
 
 
 def _core_stream(handle: int, ctx: Any = None) -> _CoreStream:
-    """A non-owning cuda.core view of the stream, made once per handle
-    (making one costs a few us of every capture's begin). A view remembers
+    """A non-owning cuda.core view of the stream, made once per handle:
+    captures begin and ops launch through it. A view remembers
     the stream's context, so it is made again once numba's context for the
     thread (``ctx``, looked up if not given) has changed: after a device
     reset a new stream may get an old handle."""
@@ -66,21 +49,8 @@ def _core_stream(handle: int, ctx: Any = None) -> _CoreStream:
     return entry[1]
 
 
-_CAPTURE_INVALIDATED = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
-
-
-def _capture_status(handle: int) -> Any:
-    err, status = cu.cuStreamIsCapturing(handle)
-    return status if err == cu.CUresult.CUDA_SUCCESS else None
-
-
-def is_capturing(handle: int) -> bool:
-    status = _check("cuStreamIsCapturing", cu.cuStreamIsCapturing(handle))
-    return status != _CAPTURE_NONE
-
-
 def synchronize(handle: int) -> None:
-    _check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
+    check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
 
 
 # ---------------------------------------------------------------- capture
@@ -114,11 +84,6 @@ class Recording:
         if release is not None:
             release()
 
-    @property
-    def builder(self):
-        """The cuda.core ``GraphBuilder`` doing the recording."""
-        return self._builder
-
     def finish(self, instantiate: bool = True) -> "Executable":
         """End the capture. With ``instantiate=False`` the graph is
         instantiated on first use instead: CUDA refuses to instantiate while
@@ -129,7 +94,7 @@ class Recording:
                 check()
             builder.end_building()
         except Exception as exc:
-            invalidated = _capture_status(self.handle) == _CAPTURE_INVALIDATED
+            invalidated = capture_status(self.handle) == CAPTURE_INVALIDATED
             self.abort()
             if invalidated:
                 # cuda.core says so without the driver's error name.
@@ -189,13 +154,12 @@ class Executable:
         return self._graph is not None
 
     def instantiate(self) -> Any:
-        # Instantiated through the driver rather than GraphBuilder.complete:
-        # on the H200 with driver 580 the executable complete() makes costs
-        # 3.8-4.7 us per launch of a 1-node graph, cuGraphInstantiate's 1.76.
-        # No flags: a capture records no allocation (safety refuses them), so
-        # there is nothing for AUTO_FREE_ON_LAUNCH to free.
+        # Instantiated by cuGraphInstantiate, not GraphBuilder.complete, whose
+        # executable launches slower (docs/benchmarks). No flags: a capture
+        # records no allocation (numbagraph refuses them), so
+        # AUTO_FREE_ON_LAUNCH would have nothing to free.
         if self._graph is None:
-            self._graph = _check(
+            self._graph = check(
                 "cuGraphInstantiate",
                 cu.cuGraphInstantiate(self._builder.graph_definition.handle, 0),
             )
@@ -216,10 +180,10 @@ class Executable:
         return launch
 
     def upload(self, handle: int) -> None:
-        _check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
+        check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
-        _check(
+        check(
             "cuGraphExecUpdate",
             cu.cuGraphExecUpdate(
                 self.instantiate(), other._builder.graph_definition.handle
@@ -234,9 +198,6 @@ class Executable:
 
 
 # ---------------------------------------------------------------- capture safety
-
-from numba.cuda.cudadrv import devicearray as _devicearray  # noqa: E402
-from numba.cuda.cudadrv import driver as _numba_driver  # noqa: E402
 
 _NUMBA_DEFER_CLEANUP = _numba_driver.HostOnlyCUDAMemoryManager.defer_cleanup
 
@@ -261,8 +222,8 @@ def joins_legacy_stream(handle: int) -> bool:
     return not int(flags) & _NON_BLOCKING
 
 
-# numba's Context per CUDA context handle: cuda.current_context() costs
-# ~20 us a call, which was half the cost of beginning a capture.
+# numba's Context per CUDA context handle, looked up once: capture begins and
+# op launches need it, and cuda.current_context() is a slow call.
 _numba_contexts: dict[int, Any] = {}
 
 
@@ -289,9 +250,9 @@ def _hold_frees(ctx: Any) -> Callable[[], None]:
 
     Numba's own ``Context.defer_cleanup`` raises the disable count of two
     pending-free queues, the context's and its memory manager's, through
-    three generator context managers (6.2 us a capture on the H200). With
-    numba's memory manager the counts are raised here directly, which is the
-    same hold; a memory-manager plugin gets its own context manager.
+    three generator context managers. With numba's memory manager the counts
+    are raised here directly (every capture begins here: hot path), which is
+    the same hold; a memory-manager plugin gets its own context manager.
     """
     entry = _free_queues.get(id(ctx))
     if entry is None or entry[0] is not ctx:
@@ -352,19 +313,18 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     stream; ``value`` has been checked to fit ``dtype``.
 
     Scalars of up to 4 bytes are set by a memset that carries the value in
-    the call itself: no host buffer is involved, and in the loop benchmark
-    on the H200 the call costs 1.33 us against 1.68 for a 4-byte pageable
-    copy. 8-byte scalars are copied from a pageable buffer (a probe measured
-    two memsets at 4.1 us against 2.65 for the copy), which the driver has
-    consumed when the call returns, so back-to-back updates never overwrite
-    one another.
+    the call itself: no host buffer is involved, and it is the cheaper call
+    (docs/benchmarks). 8-byte scalars are copied from a pageable buffer, one
+    call where a memset would take two; the driver has consumed the buffer
+    when the call returns, so back-to-back updates never overwrite one
+    another.
     """
     dtype = np.dtype(dtype)
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
     stream = cu.CUstream(handle)
     if dtype.itemsize in _MEMSETS:
-        # The value's bits are worked out inline, as _bits_of does, without
-        # its extra call: replay loops make this call once per step.
+        # Hot path (one call per replay-loop step): the value's bits are
+        # worked out inline, as _bits_of does, without its extra call.
         name = _MEMSETS[dtype.itemsize]
         memset = getattr(cu, name)
         if dtype.kind in "biu":
@@ -411,11 +371,11 @@ def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) ->
     bits = _bits_of(dtype)(value)
     if dtype.itemsize in _MEMSETS:
         name = _MEMSETS[dtype.itemsize]
-        _check(name, getattr(cu, name)(ptr, bits, 1, handle))
+        check(name, getattr(cu, name)(ptr, bits, 1, handle))
         return
     for i in range(dtype.itemsize // 4):
         word = (bits >> (32 * i)) & 0xFFFFFFFF
-        _check("cuMemsetD32Async", cu.cuMemsetD32Async(ptr + 4 * i, word, 1, handle))
+        check("cuMemsetD32Async", cu.cuMemsetD32Async(ptr + 4 * i, word, 1, handle))
 
 
 def array_interface(dev: Any) -> dict:
@@ -424,33 +384,30 @@ def array_interface(dev: Any) -> dict:
 
 # ---------------------------------------------------------------- launches
 
-_launch_hook: Callable[[int, Any, tuple], tuple] | None = None
-_numba_call = CUDADispatcher.call
+def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
+    def call(self, args, launch_config):
+        return original(self, on_launch(int(launch_config.stream.handle), self, args),
+                        launch_config)
+
+    return call
 
 
-def _hooked_call(self, args, launch_config):
-    hook = _launch_hook
-    if hook is not None:
-        args = hook(int(launch_config.stream.handle), self, args)
-    return _numba_call(self, args, launch_config)
-
-
-def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
-    """Call ``args = hook(stream_handle, kernel, args)`` before every kernel
-    launch; the kernel is launched with the arguments it returns."""
-    global _launch_hook
-    _launch_hook = hook
-
-
-CUDADispatcher.call = _hooked_call
+def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
+    """The driver's one change to numba: every kernel launch passes through
+    ``on_launch``."""
+    return (
+        Patch(CUDADispatcher, "call", lambda original: _hooked_call(original, on_launch),
+              "every kernel launch passes through numbagraph's launch check, which "
+              "keeps a capture's arguments alive and unwraps DeviceScalars and "
+              "Conditions"),
+    )
 
 
 # ---------------------------------------------------------------- ops' launches
 
-# numba's launch works out every argument's layout again on every call
-# (tens of us for an op's five or eight arguments). An op's kernel has one
-# explicit signature, so its layout is worked out once per kernel and context
-# and its launches go to cuda.core's launch directly.
+# numba's launch works out every argument's layout again on every call. An
+# op's kernel has one explicit signature, so its layout is worked out once
+# per kernel and context and its launches go to cuda.core's launch directly.
 
 def _array_packer(value: Any, out: list) -> None:
     # numba's array argument: meminfo, parent, size, itemsize, data, shape, strides.
@@ -500,9 +457,10 @@ _configs: dict[tuple, LaunchConfig] = {}
 _fallback_streams: dict[int, Any] = {}
 
 
-def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> None:
-    """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with the
-    launch hook applied as for every launch."""
+def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
+           on_launch: LaunchHook) -> None:
+    """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
+    ``on_launch`` applied as to every launch."""
     ctx_key, ctx = _current_context()
     key = (dispatcher, ctx_key)
     plan = _plans.get(key, False)
@@ -514,11 +472,9 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> 
             if len(_fallback_streams) > 1024:
                 _fallback_streams.clear()
             stream = _fallback_streams[handle] = cuda.external_stream(handle)
-        dispatcher[grid, block, stream](*args)
+        dispatcher[grid, block, stream](*args)  # on_launch runs in numba's call
         return
-    hook = _launch_hook
-    if hook is not None:
-        args = hook(handle, dispatcher, args)
+    args = on_launch(handle, dispatcher, args)
     kernel, packers = plan
     packed: list = []
     for pack, value in zip(packers, args):
@@ -529,25 +485,3 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple) -> 
             _configs.clear()
         config = _configs[(grid, block)] = LaunchConfig(grid=grid, block=block)
     _core_launch(_core_stream(handle, ctx), config, kernel, *packed)
-
-
-# ---------------------------------------------------------------- conditionals
-
-from .driver_conditional import (  # noqa: E402  (needs the names above)
-    ConditionalNode,
-    condition_argument,
-    condition_create,
-    conditional_version,
-    set_condition,
-)
-
-
-# ---------------------------------------------------------------- ops
-
-from .driver_ops import (  # noqa: E402
-    as_device_array,
-    copy_device,
-    current_device_id,
-    launch_limits,
-    memset_zero,
-)

@@ -18,7 +18,8 @@ from cuda import bindings as _bindings
 from cuda.bindings import driver as cu
 from numba import cuda
 
-from .driver import _CAPTURE_ACTIVE, DriverError, _check, is_capturing
+from ._bodies import BodyTracking
+from .driver_base import CAPTURE_ACTIVE, DriverError, check, is_capturing
 
 __all__ = [
     "ConditionalNode",
@@ -27,6 +28,8 @@ __all__ = [
     "conditional_version",
     "set_condition",
 ]
+
+_INVALIDATED = cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
@@ -49,7 +52,7 @@ _MODES = {
 def conditional_version() -> tuple[int, int]:
     """The CUDA version whose conditional nodes can be used: the older of the
     driver and the cuda-bindings package, as ``(major, minor)``."""
-    raw = _check("cuDriverGetVersion", cu.cuDriverGetVersion())
+    raw = check("cuDriverGetVersion", cu.cuDriverGetVersion())
     driver = (raw // 1000, (raw % 1000) // 10)
     return min(driver, _version_tuple(_bindings.__version__))
 
@@ -74,7 +77,7 @@ def _capture_info(handle: int) -> tuple:
     returned in memory the driver reuses once the capture pauses, and numba
     launches only ever make default edges.
     """
-    status, _id, graph, deps, *_, count = _check(
+    status, _id, graph, deps, *_, count = check(
         "cuStreamGetCaptureInfo", cu.cuStreamGetCaptureInfo(handle)
     )
     return status, graph, list(deps[:count]) if count else [], count
@@ -85,18 +88,18 @@ def _add_node(graph: Any, deps: list, params: Any) -> Any:
         ret = cu.cuGraphAddNode(graph, deps, None, len(deps), params)
     else:
         ret = cu.cuGraphAddNode(graph, deps, len(deps), params)
-    return _check("cuGraphAddNode", ret)
+    return check("cuGraphAddNode", ret)
 
 
 def condition_create(recording: Any, default: int | None) -> Any:
     """A conditional handle of the graph the stream captures into."""
     handle = recording.handle
     status, graph, _, _ = _capture_info(handle)
-    if status != _CAPTURE_ACTIVE:
-        raise RuntimeError("the capture was invalidated by an earlier operation")
-    ctx = _check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+    if status != CAPTURE_ACTIVE:
+        raise DriverError("cuStreamGetCaptureInfo", _INVALIDATED)
+    ctx = check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
     flags = 0 if default is None else cu.CU_GRAPH_COND_ASSIGN_DEFAULT
-    return _check(
+    return check(
         "cuGraphConditionalHandleCreate",
         cu.cuGraphConditionalHandleCreate(graph, ctx, default or 0, flags),
     )
@@ -119,14 +122,14 @@ _NODE_KINDS = {
 def _pause(handle: int) -> tuple:
     """End the capture on the stream for now; returns what resumes it."""
     status, graph, deps, _ = _capture_info(handle)
-    if status != _CAPTURE_ACTIVE:
-        raise RuntimeError("the capture was invalidated by an earlier operation")
-    _check("cuStreamEndCapture", cu.cuStreamEndCapture(handle))
+    if status != CAPTURE_ACTIVE:
+        raise DriverError("cuStreamGetCaptureInfo", _INVALIDATED)
+    check("cuStreamEndCapture", cu.cuStreamEndCapture(handle))
     return graph, deps
 
 
 def _resume(handle: int, mode: str, graph: Any, deps: list) -> None:
-    _check(
+    check(
         "cuStreamBeginCaptureToGraph",
         cu.cuStreamBeginCaptureToGraph(
             handle, graph, deps or None, None, len(deps), _MODES[mode]
@@ -134,17 +137,19 @@ def _resume(handle: int, mode: str, graph: Any, deps: list) -> None:
     )
 
 
-class ConditionalNode:
+class ConditionalNode(BodyTracking):
     """A conditional node added where the stream's capture stands now.
 
     ``begin_branch(i)`` makes the stream capture into body ``i``;
     ``end_branch()`` goes back to the enclosing graph, after the node.
     """
 
+    __slots__ = ("_handle", "_mode", "_bodies")
+
     def __init__(self, recording: Any, condition: Any, kind: str, size: int, mode: str):
+        super().__init__(recording)
         handle = recording.handle
-        self._recording, self._handle, self._mode = recording, handle, mode
-        self._saved: tuple | None = None
+        self._handle, self._mode = handle, mode
         graph, deps = _pause(handle)
         node = None
         try:
@@ -155,7 +160,7 @@ class ConditionalNode:
                 cu.CUgraphConditionalNodeType, _NODE_KINDS[kind]
             )
             params.conditional.size = size
-            params.conditional.ctx = _check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+            params.conditional.ctx = check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
             node = _add_node(graph, deps, params)
             self._bodies = [params.conditional.phGraph_out[i] for i in range(size)]
         finally:
@@ -164,7 +169,7 @@ class ConditionalNode:
     def begin_branch(self, index: int) -> None:
         saved = _pause(self._handle)
         try:
-            _check(
+            check(
                 "cuStreamBeginCaptureToGraph",
                 cu.cuStreamBeginCaptureToGraph(
                     self._handle, self._bodies[index], None, None, 0, _MODES[self._mode]
@@ -173,19 +178,12 @@ class ConditionalNode:
         except DriverError:
             _resume(self._handle, self._mode, *saved)
             raise
-        self._saved = saved
-        self._recording.open_bodies.append(self)
-
-    def _close(self) -> tuple | None:
-        saved, self._saved = self._saved, None
-        if self in self._recording.open_bodies:
-            self._recording.open_bodies.remove(self)
-        return saved
+        self._opened(saved)
 
     def end_branch(self) -> None:
         saved = self._close()
         try:
-            _check("cuStreamEndCapture", cu.cuStreamEndCapture(self._handle))
+            check("cuStreamEndCapture", cu.cuStreamEndCapture(self._handle))
         finally:
             _resume(self._handle, self._mode, *saved)
 

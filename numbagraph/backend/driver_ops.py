@@ -9,6 +9,8 @@ from cuda.bindings import driver as cu
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
+from .driver_base import raise_for
+
 THREADS_PER_BLOCK = 256
 
 
@@ -55,8 +57,7 @@ def memset_zero(dev: Any, handle: int) -> None:
     if nbytes == 0:
         return
     err, = cu.cuMemsetD8Async(dev.device_ctypes_pointer.value, 0, nbytes, handle)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuMemsetD8Async failed: {err!r}")
+    raise_for("cuMemsetD8Async", err)
 
 
 def copy_device(dst: Any, src: Any, handle: int) -> None:
@@ -67,5 +68,4 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
         return
     err, = cu.cuMemcpyDtoDAsync(dst.device_ctypes_pointer.value,
                                 src.device_ctypes_pointer.value, nbytes, handle)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuMemcpyDtoDAsync failed: {err!r}")
+    raise_for("cuMemcpyDtoDAsync", err)

@@ -27,7 +27,8 @@ from numba.cuda.simulator.kernel import FakeCUDAKernel
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
-from ._streams import stream_handle  # noqa: F401  (part of the backend API)
+from ._streams import stream_handle  # noqa: F401  (a backend member)
+from .interface import LaunchHook, Patch
 
 NAME = "simulator"
 
@@ -48,27 +49,27 @@ def _stream_repr(self) -> str:
     return f"<simulated CUDA stream, {kind}>"
 
 
-_Stream.__init__ = _stream_init
-_Stream.__repr__ = _stream_repr
-_Stream.__cuda_stream__ = lambda self: (0, self.handle)
+def _stream_protocol(self) -> tuple[int, int]:
+    return (0, self.handle)
 
 
 def _named_stream(handle: int) -> Callable[[], Any]:
-    return lambda: _Stream(handle)
+    def stream() -> Any:
+        return _Stream(handle)
+
+    return stream
 
 
 def _external_stream(ptr: int) -> Any:
     return _Stream(int(ptr))
 
 
-for _name, _fn in (
-    ("default_stream", _named_stream(0)),
-    ("legacy_default_stream", _named_stream(1)),
-    ("per_thread_default_stream", _named_stream(2)),
-    ("external_stream", _external_stream),
-):
-    setattr(_sim_api, _name, _fn)
-    setattr(cuda, _name, _fn)
+_STREAM_FUNCTIONS = {
+    "default_stream": _named_stream(0),
+    "legacy_default_stream": _named_stream(1),
+    "per_thread_default_stream": _named_stream(2),
+    "external_stream": _external_stream,
+}
 
 
 def synchronize(handle: int) -> None:
@@ -141,12 +142,6 @@ class Executable:
         self.instantiated = True
 
         def launch() -> None:
-            recording = _recordings.get(handle)
-            if recording is not None:
-                # Launching a graph into a capture embeds it, as CUDA does.
-                recording.nodes.extend(self._nodes)
-                recording.prologue.extend(self._prologue)
-                return
             for call in self._prologue:
                 call()
             for node in self._nodes:
@@ -175,8 +170,7 @@ class Executable:
 # ---------------------------------------------------------------- capture safety
 
 _FakeArray = _sim_devicearray.FakeCUDAArray
-# The unguarded copy, for numbagraph's own stores: numbagraph.safety guards
-# the public method.
+# numba's own copy, for numbagraph's stores: the public method is guarded.
 _copy_to_device = _FakeArray.copy_to_device
 
 # The classes whose host-facing methods numbagraph guards during capture.
@@ -205,9 +199,6 @@ def _device_copy(self, ary, stream=0):
     _copy_to_device(self, ary, stream)
 
 
-_FakeArray.copy_to_device = _device_copy
-
-
 def _keeping_stream(make: Callable[..., Any]) -> Callable[..., Any]:
     """Make arrays remember the stream they were made for, as numba's device
     arrays do: their copies then default to it."""
@@ -221,10 +212,6 @@ def _keeping_stream(make: Callable[..., Any]) -> Callable[..., Any]:
         return array
 
     return made
-
-
-for _name in ("to_device", "device_array_like"):
-    setattr(cuda, _name, _keeping_stream(getattr(cuda, _name)))
 
 
 # ---------------------------------------------------------------- scalars
@@ -259,7 +246,6 @@ def array_interface(dev: Any) -> dict:
 
 # ---------------------------------------------------------------- launches
 
-_launch_hook: Callable[[int, Any, tuple], tuple] | None = None
 _run_lock = threading.RLock()
 
 # The simulator's block manager polls its threads at every syncthreads; with
@@ -285,9 +271,6 @@ def _shared_array(self, shape, dtype, alignment=None):
     return array
 
 
-_sim_kernelapi.FakeCUDAShared.array = _shared_array
-
-
 def _run(kernel: FakeCUDAKernel, grid, block, shared: int, args: tuple) -> None:
     # FakeCUDAKernel keeps its configuration on itself; hold it for the call.
     with _run_lock:
@@ -302,28 +285,31 @@ def _run(kernel: FakeCUDAKernel, grid, block, shared: int, args: tuple) -> None:
 
 
 class _ConfiguredLaunch:
-    """``kernel[grid, block, stream, shared]``, remembering the stream."""
+    """``kernel[grid, block, stream, shared]``, remembering the stream; the
+    launch passes through ``on_launch``."""
 
-    __slots__ = ("kernel", "grid", "block", "stream", "shared")
+    __slots__ = ("kernel", "grid", "block", "stream", "shared", "on_launch")
 
-    def __init__(self, kernel, grid, block, stream=0, shared=0):
+    def __init__(self, on_launch: LaunchHook, kernel, grid, block, stream=0, shared=0):
         self.kernel, self.grid, self.block = kernel, grid, block
         self.stream, self.shared = stream, shared
+        self.on_launch = on_launch
 
     def __call__(self, *args: Any) -> None:
         handle = stream_handle(self.stream)
-        hook = _launch_hook
-        if hook is not None:
-            args = hook(handle, self.kernel, args)
+        args = self.on_launch(handle, self.kernel, args)
         _record_or_run(handle, functools.partial(
             _run, self.kernel, self.grid, self.block, self.shared, args
         ))
 
 
-def _getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
-    if len(configuration) not in (2, 3, 4):
-        raise ValueError("must specify at least the griddim and blockdim")
-    return _ConfiguredLaunch(self, *configuration)
+def _configuring(on_launch: LaunchHook) -> Callable[[FakeCUDAKernel, tuple], _ConfiguredLaunch]:
+    def getitem(self: FakeCUDAKernel, configuration: tuple) -> _ConfiguredLaunch:
+        if len(configuration) not in (2, 3, 4):
+            raise ValueError("must specify at least the griddim and blockdim")
+        return _ConfiguredLaunch(on_launch, self, *configuration)
+
+    return getitem
 
 
 def _record_or_run(handle: int, call: Callable[[], None]) -> None:
@@ -341,37 +327,48 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     _record_or_run(handle, functools.partial(np.copyto, dst._ary, src._ary))
 
 
-def launch(kernel: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple) -> None:
+def memset_zero(dev: Any, handle: int) -> None:
+    """Zero every byte of ``dev`` on the stream (recorded while it captures)."""
+    _record_or_run(handle, functools.partial(dev._ary.fill, 0))
+
+
+def launch(kernel: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple,
+           on_launch: LaunchHook) -> None:
     """``kernel[grid, block, stream](*args)`` for an op's kernel."""
-    _ConfiguredLaunch(kernel, grid, block, handle)(*args)
+    _ConfiguredLaunch(on_launch, kernel, grid, block, handle)(*args)
 
 
-def set_launch_hook(hook: Callable[[int, Any, tuple], tuple]) -> None:
-    """Call ``args = hook(stream_handle, kernel, args)`` before every kernel
-    launch; the kernel is launched with the arguments it returns."""
-    global _launch_hook
-    _launch_hook = hook
+# ---------------------------------------------------------------- numba
+
+def _replace(value: Any) -> Callable[[Any], Any]:
+    return lambda original: value
 
 
-FakeCUDAKernel.__getitem__ = _getitem
-
-
-# ---------------------------------------------------------------- conditionals
-
-from .simulator_conditional import (  # noqa: E402  (needs the names above)
-    ConditionalNode,
-    condition_argument,
-    condition_create,
-    conditional_version,
-    set_condition,
-)
-
-
-# ---------------------------------------------------------------- ops
-
-from .simulator_ops import (  # noqa: E402
-    as_device_array,
-    current_device_id,
-    launch_limits,
-    memset_zero,
-)
+def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
+    """What the simulator changes in numba's simulator: streams get handles,
+    as driver streams have them, and every launch passes through
+    ``on_launch`` and is recorded while its stream captures."""
+    shared = _sim_kernelapi.FakeCUDAShared
+    return (
+        Patch(_Stream, "__init__", _replace(_stream_init),
+              "simulated streams get integer handles to key captures on"),
+        Patch(_Stream, "__repr__", _replace(_stream_repr),
+              "a stream names its handle in error messages"),
+        Patch(_Stream, "__cuda_stream__", _replace(_stream_protocol),
+              "simulated streams speak the CUDA stream protocol, as driver streams do"),
+        *(Patch(module, name, _replace(function),
+                "the named streams carry the handles CUDA gives them "
+                "(0 default, 1 legacy, 2 per-thread)")
+          for module in (_sim_api, cuda) for name, function in _STREAM_FUNCTIONS.items()),
+        *(Patch(cuda, name, _keeping_stream,
+                "arrays remember the stream they were made for, as numba's device "
+                "arrays do, so that their copies default to it")
+          for name in ("to_device", "device_array_like")),
+        Patch(_FakeArray, "copy_to_device", _replace(_device_copy),
+              "a device-to-device copy on a capturing stream is recorded, as on the GPU"),
+        Patch(shared, "array", _replace(_shared_array),
+              "a block's shared array is made once even when threads switch often"),
+        Patch(FakeCUDAKernel, "__getitem__", _replace(_configuring(on_launch)),
+              "every kernel launch passes through numbagraph's launch check and is "
+              "recorded while its stream captures"),
+    )

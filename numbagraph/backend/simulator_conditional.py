@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._bodies import BodyTracking
+
 __all__ = [
     "ConditionalNode",
     "condition_argument",
@@ -92,29 +94,24 @@ class _Node:
             _run(bodies[cell.value])
 
 
-class ConditionalNode:
+class ConditionalNode(BodyTracking):
     """A conditional node appended where the stream's capture stands now.
 
     ``begin_branch(i)`` makes the stream record into body ``i``;
     ``end_branch()`` goes back to the enclosing list, after the node.
     """
 
+    __slots__ = ("_node",)
+
     def __init__(self, recording: Any, condition: ConditionCell, kind: str, size: int, mode: str):
-        self._recording = recording
+        super().__init__(recording)
         self._node = _Node(kind, condition, size)
-        self._saved: list | None = None
         recording.nodes.append(self._node)
 
     def begin_branch(self, index: int) -> None:
         recording = self._recording
-        self._saved, recording.nodes = recording.nodes, self._node.bodies[index]
-        recording.open_bodies.append(self)
-
-    def _close(self) -> list | None:
-        saved, self._saved = self._saved, None
-        if self in self._recording.open_bodies:
-            self._recording.open_bodies.remove(self)
-        return saved
+        saved, recording.nodes = recording.nodes, self._node.bodies[index]
+        self._opened(saved)
 
     def end_branch(self) -> None:
         self._recording.nodes = self._close()

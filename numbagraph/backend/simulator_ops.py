@@ -1,5 +1,6 @@
-"""What numbagraph.ops needs from the simulator: the same functions as
-``driver_ops``, on simulated (host) memory."""
+"""What numbagraph.ops needs from the simulator besides recorded work
+(zero fills and copies live beside the launches in ``simulator``): device
+views of foreign arrays and the size of the simulated device."""
 
 from __future__ import annotations
 
@@ -49,7 +50,3 @@ def launch_limits() -> tuple[int, int]:
     """(multiprocessors, threads per block): one small simulated device."""
     return 1, THREADS_PER_BLOCK
 
-
-def memset_zero(dev: Any, handle: int) -> None:
-    """Simulated work runs at once: zero the array now."""
-    dev._ary.fill(0)

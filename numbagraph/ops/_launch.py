@@ -22,6 +22,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..backend import active as _backend
 from ..errors import OpError
+from ..safety import on_launch
 
 __all__ = [
     "BLOCKS_PER_SM",
@@ -94,7 +95,7 @@ class OpKernel:
     def __getitem__(self, config: tuple) -> Callable[..., None]:
         grid, block, handle = config
         dispatcher = self.dispatcher
-        return lambda *args: _backend.launch(dispatcher, grid, block, handle, args)
+        return lambda *args: _backend.launch(dispatcher, grid, block, handle, args, on_launch)
 
 
 _kernels: dict[tuple, OpKernel] = {}

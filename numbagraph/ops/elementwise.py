@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._registry import sessions as _sessions
 from ..backend import active as _backend
-from ..capture import _sessions
 from ..errors import OpError
 from ..safety import guard_device_copy
 from ..scalar import DeviceScalar

@@ -8,9 +8,10 @@ Results are deterministic: the same input gives the same bits on every call
 and every replay, eager or captured, whatever else the device is doing.
 Large inputs are reduced by many blocks into a small scratch array that
 belongs to the stream; it is allocated the first time a reduction runs on
-that stream outside a capture. A reduction first run inside a capture uses
-one block instead: slower, same bits. Run a step once before capturing it
-and this never happens.
+that stream where the allocation rule allows it (docs/capture.md: not on the
+thread of a "thread_local" or "global" capture). Where the rule forbids it,
+the reduction uses one block instead: slower, same bits. Run a step once
+before capturing it and this never happens.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import numpy as np
 from numba import cuda, types
 
 from ..backend import active as _backend
-from ..capture import active_sessions, is_capturing
 from ..errors import OpError
+from ..safety import allocation_allowed
 from . import _launch, _reduce_kernels as _rk
 from ._operands import ARITHMETIC, FLOATS, check_disjoint, check_dtype, device_array, flat
 
@@ -62,7 +63,7 @@ _scratch: dict[tuple[int, int], dict[tuple, Any]] = {}
 
 def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
     """The part-result arrays of the stream with this handle, or None when
-    they do not exist and cannot be allocated now (a capture is in progress)."""
+    they do not exist and the allocation rule forbids making them now."""
     key = (handle, _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
@@ -70,7 +71,7 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     key = (dtype.str, with_index)
     arrays = per_stream.get(key)
     if arrays is None:
-        if active_sessions() or is_capturing(handle):
+        if not allocation_allowed(handle):
             return None
         size = _max_parts()
         values = cuda.device_array(size, dtype)

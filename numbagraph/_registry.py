@@ -1,0 +1,235 @@
+"""The captures in progress: one home for the state every module reads.
+
+Plain data and the few functions that change it. ``capture`` adds and ends
+captures; ``safety``, ``graph``, ``scalar``, ``conditional``, ``alloc`` and
+``ops`` read them. Nothing here checks a rule or raises for one: that is
+:mod:`numbagraph.safety`.
+
+How to ask:
+
+* is any capture in progress: ``if sessions:`` (hot paths read the dict);
+* the capture on a stream: ``sessions.get(handle)``;
+* every capture, on every thread: :func:`active`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Iterable
+
+from .backend import active as _backend
+from .errors import CaptureInvalidatedError
+
+__all__ = [
+    "LEGACY_DEFAULT_HANDLES", "Session", "sessions", "lock", "active", "add",
+    "remove", "discard", "invalidate", "consequence", "raise_if_invalidated",
+    "take_ended", "release_when_idle", "run_deferred", "device_wrappers",
+    "register_device_wrapper",
+]
+
+LEGACY_DEFAULT_HANDLES = (0, 1)
+"""Handles of the legacy default stream: it never captures, and work on it
+waits on every blocking stream."""
+
+
+class Session:
+    """A capture in progress: the backend recording plus what it must keep."""
+
+    __slots__ = (
+        "stream", "handle", "mode", "recording", "keepalive", "thread",
+        "_joins_legacy", "failure", "events",
+    )
+
+    def __init__(self, stream: Any, handle: int, mode: str):
+        self.stream = stream
+        self.handle = handle
+        self.mode = mode
+        self.keepalive: list = []
+        self.thread = threading.get_ident()
+        # Set when another thread's refused operation invalidated this
+        # capture; the owning thread ends it at its next use.
+        self.failure: BaseException | None = None
+        self.events: weakref.WeakSet | None = None  # recorded inside; made on first use
+        self._joins_legacy: bool | None = None
+        # Holds numba's frees until released by remove(): a free during a
+        # capture would break it.
+        self.recording = _backend.Recording(handle, mode)
+
+    @property
+    def joins_legacy(self) -> bool:
+        """Whether work on the legacy default stream waits on this stream,
+        and so would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
+        Asked of the driver when first needed, not at every begin."""
+        if self._joins_legacy is None:
+            self._joins_legacy = _backend.joins_legacy_stream(self.handle)
+        return self._joins_legacy
+
+    @property
+    def current(self) -> bool:
+        """Whether this capture is still in progress."""
+        return sessions.get(self.handle) is self
+
+    def keep(self, obj: Any) -> None:
+        """Keep ``obj`` alive for as long as the graph lives."""
+        self.keepalive.append(obj)
+
+
+sessions: dict[int, Session] = {}
+"""stream handle -> the capture in progress on it."""
+lock = threading.Lock()
+"""Held while a capture is added or removed, and while deferred releases run."""
+
+# handle -> the refused operation that ended the capture on that stream, so
+# that end_capture can say why there is no graph.
+_ended: dict[int, BaseException] = {}
+
+
+def active() -> list[Session]:
+    """The captures in progress, on every thread."""
+    return list(sessions.values())
+
+
+def add(stream: Any, handle: int, mode: str) -> Session:
+    """Begin a capture on the stream and register it; call with :data:`lock`
+    held, once sure the stream has none."""
+    _ended.pop(handle, None)
+    session = sessions[handle] = Session(stream, handle, mode)
+    return session
+
+
+def remove(session: Session) -> None:
+    """Forget a session whose backend capture has ended."""
+    with lock:
+        if sessions.get(session.handle) is session:
+            del sessions[session.handle]
+    session.recording.release_frees()
+    if not sessions:
+        run_deferred()
+
+
+def discard(session: Session) -> None:
+    """End a session's capture and drop what it recorded."""
+    try:
+        session.recording.abort()
+    finally:
+        session.keepalive = []
+        remove(session)
+
+
+def take_ended(handle: int) -> BaseException | None:
+    """The refused operation that ended the last capture on the stream, if
+    that is why it has none now; forgotten once taken."""
+    with lock:
+        return _ended.pop(handle, None)
+
+
+def invalidate(ended: Iterable[Session], error: BaseException) -> None:
+    """End the captures that a refused operation would have broken.
+
+    Captures begun on this thread end now and their graphs are discarded.
+    CUDA lets only the beginning thread end a capture in mode "global" or
+    "thread_local", so a capture of another thread is marked instead: its
+    thread's next launch on the stream, or its end_capture, ends it and
+    raises CaptureInvalidatedError.
+    """
+    me = threading.get_ident()
+    for session in ended:
+        if session.thread == me:
+            with lock:
+                current = session.current
+                if current:
+                    _ended[session.handle] = error
+            if current:
+                discard(session)
+        elif session.failure is None:
+            session.failure = error
+
+
+def consequence(ended: Iterable[Session]) -> str:
+    """What :func:`invalidate` does to these captures, for error messages."""
+    me = threading.get_ident()
+    ended = list(ended)
+    own = [repr(s.stream) for s in ended if s.thread == me]
+    other = [repr(s.stream) for s in ended if s.thread != me]
+    parts = []
+    if own:
+        parts.append(
+            f"The capture on {', '.join(own)} was ended and its graph discarded; "
+            "the stream is usable and a new capture may begin."
+        )
+    if other:
+        parts.append(
+            f"The capture on {', '.join(other)}, begun by another thread, was "
+            "invalidated: its next launch or end_capture there raises "
+            "CaptureInvalidatedError."
+        )
+    return " ".join(parts)
+
+
+def raise_if_invalidated(session: Session) -> None:
+    """End ``session`` and raise if another thread's refused operation
+    invalidated it (see :func:`invalidate`)."""
+    failure = session.failure
+    if failure is None:
+        return
+    if session.mode != "relaxed" and session.thread != threading.get_ident():
+        return  # only the owning thread may end it
+    with lock:
+        current = session.current
+    if current:
+        discard(session)
+    raise CaptureInvalidatedError(
+        f"the capture on {session.stream!r} was invalidated by an operation "
+        f"refused on another thread ({failure}). It has been ended and its "
+        "graph discarded; begin a new capture once the other thread no longer "
+        "makes that call"
+    ) from failure
+
+
+# ---------------------------------------------------------------- releases
+
+# Releases that may call the driver in ways CUDA forbids during a capture
+# (destroying graphs, freeing memory), waiting for no capture to be active.
+_deferred: list[Callable[[], None]] = []
+
+
+def release_when_idle(free: Callable[[], None]) -> None:
+    """Run ``free()`` now if no capture is active, else once the last one
+    ends. Safe to call from finalizers, on any thread."""
+    _deferred.append(free)
+    run_deferred()
+
+
+def run_deferred() -> None:
+    """Run the releases waiting for no capture to be active, if none is."""
+    while _deferred and not sessions:
+        # Never block: this runs from finalizers, which may fire while this
+        # very thread holds the lock. Whoever holds it runs these after.
+        if not lock.acquire(blocking=False):
+            return
+        try:
+            if sessions:
+                return
+            pending = _deferred[:]
+            del _deferred[: len(pending)]
+            for free in pending:
+                try:
+                    free()
+                except Exception:  # noqa: BLE001  a failed free must not stop the rest
+                    pass
+        finally:
+            lock.release()
+
+
+# ---------------------------------------------------------------- wrappers
+
+device_wrappers: dict[type, Callable[[Any], Any]] = {}
+"""Types passed to kernels in place of the device value they wrap, and how
+to unwrap them: a launch is made with ``unwrap(obj)``."""
+
+
+def register_device_wrapper(cls: type, unwrap: Callable[[Any], Any]) -> None:
+    """Launch kernels with ``unwrap(obj)`` wherever an instance of ``cls``
+    is passed."""
+    device_wrappers[cls] = unwrap

@@ -1,0 +1,245 @@
+"""What a backend provides: the one interface both backends implement.
+
+Everything above :mod:`numbagraph.backend` reaches the backend in use through
+``numbagraph.backend.active``, which holds exactly the members of
+:class:`Backend`, taken from the backend's modules by :func:`bind`. A backend
+that lacks a member, or defines it twice, fails at import with the names.
+
+Handles are integers: a stream's raw ``CUstream`` address on the driver, the
+integer numbagraph gives each simulated stream on the simulator.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Protocol, Sequence
+
+import numpy as np
+
+__all__ = ["Backend", "Recording", "Executable", "ConditionalNode", "Patch",
+           "LaunchHook", "MEMBERS", "bind"]
+
+LaunchHook = Callable[[int, Any, tuple], tuple]
+"""``args = hook(stream_handle, kernel, args)``: called before a kernel
+launch, it may refuse the launch by raising, and returns the arguments the
+kernel is launched with."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change numbagraph makes to numba: ``owner.name`` becomes
+    ``make(original)``.
+
+    ``owner`` is a module or a class of numba's, ``why`` says what the change
+    is for, and ``checked`` the numba-cuda versions whose ``original`` the
+    replacement was checked against.
+    """
+
+    owner: Any
+    name: str
+    make: Callable[[Any], Any]
+    why: str
+    checked: tuple[str, ...] = ("0.30.4",)
+
+    @property
+    def target(self) -> str:
+        """``module.Class.name`` or ``module.name``, for tables and errors."""
+        owner = self.owner
+        if isinstance(owner, types.ModuleType):
+            return f"{owner.__name__}.{self.name}"
+        return f"{owner.__module__}.{owner.__qualname__}.{self.name}"
+
+
+class Recording(Protocol):
+    """One capture in progress on one stream.
+
+    Made by ``Recording(handle, mode)``, which begins the capture. From then
+    until :meth:`release_frees`, numba frees nothing (a free would break the
+    capture).
+    """
+
+    handle: int
+    finish_checks: list[Callable[[], None]]
+    """Checks run, in order, before the capture may end; one that raises
+    aborts the capture."""
+    open_bodies: list
+    """Conditional bodies being recorded, innermost last."""
+
+    def finish(self, instantiate: bool = True) -> "Executable":
+        """End the capture and return its graph, instantiated now or, with
+        ``instantiate=False``, on first use (CUDA refuses to instantiate
+        during some other captures). On failure the capture is aborted
+        before the error propagates."""
+
+    def abort(self) -> None:
+        """End the capture without a graph; the stream stops capturing."""
+
+    def release_frees(self) -> None:
+        """Let numba free again; calling it again does nothing."""
+
+
+class Executable(Protocol):
+    """A captured graph, instantiated on first use if not already."""
+
+    num_nodes: int
+    instantiated: bool
+
+    def launcher(self, handle: int) -> Callable[[], None]:
+        """A call that replays the graph on the stream, with every argument
+        of the launch converted once."""
+
+    def upload(self, handle: int) -> None:
+        """Upload the graph on the stream ahead of its first launch."""
+
+    def update(self, other: "Executable") -> None:
+        """Take ``other``'s node parameters; raises if its shape differs."""
+
+    def close(self) -> None:
+        """Free the graph."""
+
+
+class ConditionalNode(Protocol):
+    """A conditional node added where the stream's capture stands now, made
+    by ``ConditionalNode(recording, condition, kind, size, mode)`` with
+    ``kind`` one of ``"while"``, ``"if"``, ``"switch"``."""
+
+    def begin_branch(self, index: int) -> None:
+        """Make the stream record into body ``index``."""
+
+    def end_branch(self) -> None:
+        """Go back to the enclosing graph, after the node."""
+
+    def abandon_branch(self, resume: bool) -> None:
+        """Stop recording the body after a failure; resume the enclosing
+        capture only when ``resume`` (it still exists)."""
+
+
+class Backend(Protocol):
+    """The members of ``numbagraph.backend.active``."""
+
+    NAME: ClassVar[str]
+    """``"cuda"`` or ``"simulator"``."""
+
+    # ------------------------------------------------------------ streams
+
+    def stream_handle(self, stream: Any) -> int:
+        """The handle of a numba, cuda.core or foreign stream (an object with
+        ``__cuda_stream__``), or of an int; TypeError for anything else."""
+
+    def is_capturing(self, handle: int) -> bool:
+        """Whether the stream captures, by numbagraph or anyone else."""
+
+    def synchronize(self, handle: int) -> None:
+        """Wait for the stream's work."""
+
+    def joins_legacy_stream(self, handle: int) -> bool:
+        """Whether work on the legacy default stream waits on this stream."""
+
+    # ------------------------------------------------------------ capture
+
+    Recording: ClassVar[type[Recording]]
+    Executable: ClassVar[type[Executable]]
+
+    DEVICE_ARRAY_TYPES: ClassVar[tuple[type, ...]]
+    """numba's device array classes, whose host-facing methods are guarded."""
+    STREAM_TYPE: ClassVar[type]
+    """numba's stream class."""
+    EVENT_TYPE: ClassVar[type]
+    """numba's event class."""
+
+    def numba_patches(self, on_launch: LaunchHook) -> Sequence[Patch]:
+        """The changes this backend makes to numba, every kernel launch
+        passing through ``on_launch``; installed by ``numbagraph._patches``."""
+
+    # ------------------------------------------------------------ launches
+
+    def launch(self, dispatcher: Any, grid: Any, block: Any, handle: int,
+               args: tuple, on_launch: LaunchHook) -> None:
+        """``dispatcher[grid, block, stream](*args)`` for a kernel of one
+        explicit signature, with its argument layout worked out once;
+        ``on_launch`` applies as to every launch."""
+
+    # ------------------------------------------------------------ scalars
+
+    def scalar_store(self, dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None]:
+        """A call ``store(value)`` that enqueues "set ``dev`` to ``value``"
+        on the stream; ``value`` has been checked to fit ``dtype``."""
+
+    def scalar_store_recorded(self, dev: Any, value: Any, dtype: np.dtype,
+                              handle: int) -> None:
+        """Record "set the scalar to ``value``" into the stream's capture,
+        with nothing on the host that must outlive the call."""
+
+    def array_interface(self, dev: Any) -> dict:
+        """``__cuda_array_interface__`` of a device array, naming no stream."""
+
+    # ------------------------------------------------------------ ops
+
+    def as_device_array(self, obj: Any) -> Any:
+        """``obj`` as a numba device array without synchronising, or None
+        when it is not device memory."""
+
+    def current_device_id(self) -> int:
+        """The ordinal of the calling thread's current device."""
+
+    def launch_limits(self) -> tuple[int, int]:
+        """(multiprocessors, threads per block) to size ops' grids from."""
+
+    def memset_zero(self, dev: Any, handle: int) -> None:
+        """Enqueue "set every byte of ``dev`` to zero" on the stream."""
+
+    def copy_device(self, dst: Any, src: Any, handle: int) -> None:
+        """Enqueue "copy ``src`` into ``dst``" (device arrays of one size and
+        dtype) on the stream: a copy node in a capture."""
+
+    # ------------------------------------------------------------ conditionals
+
+    ConditionalNode: ClassVar[type[ConditionalNode]]
+
+    def conditional_version(self) -> tuple[int, int]:
+        """The CUDA version whose conditional nodes can be used."""
+
+    def condition_create(self, recording: Recording, default: int | None) -> Any:
+        """A condition of the graph the recording's stream captures into."""
+
+    def condition_argument(self, state: Any) -> Any:
+        """What a kernel is given for a condition."""
+
+    def set_condition(self, cond: Any, value: Any) -> None:
+        """Device function: set ``cond`` to ``value`` from a kernel."""
+
+
+def _members() -> tuple[str, ...]:
+    names = [name for name in vars(Backend) if not name.startswith("_")]
+    names += [name for name in getattr(Backend, "__annotations__", {})
+              if not name.startswith("_") and name not in names]
+    return tuple(sorted(names))
+
+
+MEMBERS: tuple[str, ...] = _members()
+"""Every name a backend provides."""
+
+
+def bind(name: str, *modules: types.ModuleType) -> Backend:
+    """The backend ``name``: a namespace holding exactly :data:`MEMBERS`,
+    each found in ``modules`` once (or as the same object, imported)."""
+    found: dict[str, Any] = {}
+    twice, missing = [], []
+    for member in MEMBERS:
+        owners = [m for m in modules if member in vars(m)]
+        values = {id(vars(m)[member]): vars(m)[member] for m in owners}
+        if len(values) > 1:
+            twice.append(f"{member} ({', '.join(m.__name__ for m in owners)})")
+        elif not values:
+            missing.append(member)
+        else:
+            found[member] = next(iter(values.values()))
+    if twice or missing:
+        raise ImportError(
+            f"the {name} backend does not implement numbagraph.backend.interface."
+            f"Backend: missing {missing or 'nothing'}; defined twice {twice or 'nowhere'}"
+        )
+    backend = types.SimpleNamespace(**found)
+    backend.__name__ = f"numbagraph.backend ({name})"
+    return backend  # type: ignore[return-value]
