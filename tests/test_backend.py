@@ -1,8 +1,18 @@
+import ast
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from numbagraph.backend import active, interface
+
+BACKEND_DIR = pathlib.Path(interface.__file__).parent
+BACKENDS = {
+    "cuda": ("driver", "driver_conditional", "driver_ops"),
+    "simulator": ("simulator", "simulator_conditional", "simulator_ops"),
+}
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -47,3 +57,69 @@ def test_auto_selects_the_driver_exactly_when_a_device_answers():
     assert done.returncode == 0, done.stderr
     backend, present = done.stdout.split()
     assert backend == ("cuda" if present == "True" else "simulator")
+
+
+def _top_level(module: str) -> dict[str, ast.AST]:
+    """The names a backend module defines or imports at top level."""
+    names: dict[str, ast.AST] = {}
+    for node in ast.parse((BACKEND_DIR / f"{module}.py").read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update((t.id, node) for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            names.update((a.asname or a.name, node) for a in node.names)
+    return names
+
+
+def _parameters(function: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in function.args.args + function.args.kwonlyargs if a.arg != "self"]
+
+
+def _protocol_parameters(obj) -> list[str]:
+    import inspect
+
+    return [p for p in inspect.signature(obj).parameters if p != "self"]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_each_backend_implements_every_member_of_the_interface(backend):
+    defined: dict[str, ast.AST] = {}
+    for module in BACKENDS[backend]:
+        defined.update(_top_level(module))
+    missing = [m for m in interface.MEMBERS if m not in defined]
+    assert not missing, f"the {backend} backend lacks {missing}"
+    for member in interface.MEMBERS:
+        node, spec = defined[member], getattr(interface.Backend, member, None)
+        if isinstance(node, ast.FunctionDef) and callable(spec):
+            assert _parameters(node) == _protocol_parameters(spec), member
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("cls", ["Recording", "Executable", "ConditionalNode"])
+def test_each_backend_class_has_the_methods_of_the_interface(backend, cls):
+    classes = {}
+    for module in BACKENDS[backend]:
+        classes.update({k: v for k, v in _top_level(module).items()
+                        if isinstance(v, ast.ClassDef)})
+    methods = {n.name: n for n in classes[cls].body if isinstance(n, ast.FunctionDef)}
+    spec = getattr(interface, cls)
+    for name, function in vars(spec).items():
+        if callable(function) and not name.startswith("_"):
+            assert name in methods, f"{backend} {cls} lacks {name}"
+            assert _parameters(methods[name]) == _protocol_parameters(function), name
+
+
+def test_the_backend_in_use_holds_exactly_the_interface():
+    held = {name for name in vars(active) if not name.startswith("_")}
+    assert held == set(interface.MEMBERS)
+
+
+def test_a_backend_lacking_a_member_fails_at_import_with_its_name():
+    import types
+
+    partial = types.ModuleType("partial")
+    partial.NAME = "partial"
+    with pytest.raises(ImportError, match="stream_handle"):
+        interface.bind("partial", partial)

@@ -332,10 +332,10 @@ def memset_zero(dev: Any, handle: int) -> None:
     _record_or_run(handle, functools.partial(dev._ary.fill, 0))
 
 
-def launch(kernel: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple,
+def launch(dispatcher: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple,
            on_launch: LaunchHook) -> None:
-    """``kernel[grid, block, stream](*args)`` for an op's kernel."""
-    _ConfiguredLaunch(on_launch, kernel, grid, block, handle)(*args)
+    """``dispatcher[grid, block, stream](*args)`` for an op's kernel."""
+    _ConfiguredLaunch(on_launch, dispatcher, grid, block, handle)(*args)
 
 
 # ---------------------------------------------------------------- numba
