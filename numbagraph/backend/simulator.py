@@ -248,8 +248,9 @@ def array_interface(dev: Any) -> dict:
 
 _run_lock = threading.RLock()
 
-# The simulator's block manager polls its threads at every syncthreads; with
-# CPython's default 5 ms switch interval each barrier costs milliseconds.
+# The simulator's block manager polls its threads at every syncthreads, so a
+# simulated kernel runs with a short thread switch interval (CPython's
+# default makes each barrier wait a whole interval).
 _SWITCH_INTERVAL = 5e-5
 _numba_shared_array = _sim_kernelapi.FakeCUDAShared.array
 _shared_lock = threading.Lock()

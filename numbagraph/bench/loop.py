@@ -107,7 +107,7 @@ class _RawGraph:
         self.graph = builder.complete()
         self.graph.upload(self.core_stream)
         # The driver-call peers launch an executable made by cuGraphInstantiate,
-        # as numbagraph does: complete()'s launches cost about 2 us more.
+        # as numbagraph does: complete()'s executables launch slower.
         cu = raw.cu
         err, self.exec = cu.cuGraphInstantiate(builder.graph_definition.handle, 0)
         if err:

@@ -5,10 +5,9 @@ it, and replays it R times back to back. CUDA events on the replay stream
 time the R replays on the GPU; per node = elapsed / (R * N), median of the
 trials. Every peer runs in a Python process of its own, as the C++ floor
 does (see :mod:`~numbagraph.bench.isolation`), and frees each graph before
-building the next: on the H200 a 1000-node graph replayed at 0.90 us per
-node alone and at 1.07 with four other 1000-node graphs uploaded and not
-yet launched, and with every peer in one process each of them measured
-1.08-1.10 against 0.88-0.92 alone.
+building the next: other graphs uploaded and not yet launched, and other
+peers in the same process, slow a replay down (docs/benchmarks says by how
+much).
 Peers: numbagraph (on ``cuda.stream()``, and on a non-blocking stream), the
 same numba launches captured and replayed through cuda.core directly,
 torch.cuda.CUDAGraph, CuPy stream capture of a RawKernel, and the C++ floor

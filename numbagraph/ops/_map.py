@@ -43,8 +43,7 @@ def _flat_template(f: Callable, modes: tuple[int, int, int], threads: int) -> Ca
     int64 = types.int64
     span = TILE_ITEMS * threads
     # The operand modes are compiled in, so each load is one plain load (or
-    # none): with a run-time mode, a multiply by a DeviceScalar ran at 3.7
-    # TB/s on the H200 against 4.1 for a copy.
+    # none): a mode read at run time costs bandwidth (docs/benchmarks).
     am, bm, cm = modes
 
     def kernel(a, av, b, bv, c, cv, out, n):
@@ -57,8 +56,8 @@ def _flat_template(f: Callable, modes: tuple[int, int, int], threads: int) -> Ca
         # Block k owns the tile of TILE_ITEMS * threads elements starting at
         # k * TILE_ITEMS * threads; thread t takes elements t, t + threads, ...
         # of it. Blocks in flight thus read neighbouring tiles, which keeps
-        # DRAM pages open: on the H200, 4.3 TB/s for add against 3.5 for a
-        # grid-stride loop over the whole array.
+        # DRAM pages open, where a grid-stride loop over the whole array
+        # scatters them (docs/benchmarks).
         i = int64(cuda.blockIdx.x) * span + cuda.threadIdx.x
         step = int64(cuda.gridDim.x) * span
         while i + 3 * threads < n:
