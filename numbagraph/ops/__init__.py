@@ -20,56 +20,12 @@ Example::
 See docs/ops.md for every op, its signature and the broadcasting rules.
 """
 
-from .elementwise import (
-    abs_into,
-    add_into,
-    astype_into,
-    axpy_into,
-    copy_into,
-    div_into,
-    exp_into,
-    fill_into,
-    gelu_into,
-    log_into,
-    maximum_into,
-    minimum_into,
-    mul_into,
-    neg_into,
-    pow_into,
-    relu_into,
-    rsqrt_into,
-    sigmoid_into,
-    sqrt_into,
-    sub_into,
-    tanh_into,
-    where_into,
-)
-from .index import put_into, take_into
-from .linalg import matmul_into, matvec_into
-from .nn import layernorm_into, rmsnorm_into, softmax_into
-from .reduce import (
-    argmax_into,
-    argmin_into,
-    dot_into,
-    max_into,
-    mean_into,
-    min_into,
-    norm2_into,
-    sum_into,
-)
+from . import elementwise, index, linalg, nn, reduce
+from .elementwise import *  # noqa: F401,F403
+from .index import *  # noqa: F401,F403
+from .linalg import *  # noqa: F401,F403
+from .nn import *  # noqa: F401,F403
+from .reduce import *  # noqa: F401,F403
 
-__all__ = [
-    # elementwise
-    "add_into", "sub_into", "mul_into", "div_into",
-    "maximum_into", "minimum_into", "pow_into",
-    "neg_into", "abs_into", "exp_into", "log_into", "sqrt_into", "rsqrt_into",
-    "tanh_into", "sigmoid_into", "relu_into", "gelu_into", "copy_into",
-    "fill_into", "axpy_into", "where_into", "astype_into",
-    # reductions
-    "sum_into", "mean_into", "max_into", "min_into", "argmax_into", "argmin_into",
-    "dot_into", "norm2_into",
-    # indexing by a device scalar
-    "take_into", "put_into",
-    # linear algebra and rows
-    "matvec_into", "matmul_into", "softmax_into", "layernorm_into", "rmsnorm_into",
-]
+__all__ = [*elementwise.__all__, *reduce.__all__, *index.__all__, *linalg.__all__,
+           *nn.__all__]
