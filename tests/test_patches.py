@@ -16,11 +16,14 @@ def _target(owner, name):
 
 
 def _defined_in_numbagraph(value) -> bool:
-    for candidate in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
-        code = getattr(candidate, "__code__", None)
-        if isinstance(code, types.CodeType) and code.co_filename.startswith(str(PACKAGE)):
-            return True
-    return False
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    # Only plain functions are looked into: numba's modules also hold objects
+    # whose attribute lookups have side effects (ctypes' library loaders).
+    return (isinstance(value, types.FunctionType)
+            and value.__code__.co_filename.startswith(str(PACKAGE)))
 
 
 def _changes_found_in_numba():

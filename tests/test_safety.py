@@ -13,7 +13,7 @@ from numba import cuda
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR, device_zeros
-from numbagraph._registry import active as active_sessions
+from numbagraph import _registry
 
 STRICT_MODES = ("thread_local", "global")
 
@@ -21,7 +21,7 @@ STRICT_MODES = ("thread_local", "global")
 @pytest.fixture(autouse=True)
 def no_capture_left_behind():
     yield
-    left = active_sessions()
+    left = _registry.active()
     for session in left:  # keep one failure from cascading into the next tests
         ng.capture.__exit__(ng.capture(session.stream), KeyError, KeyError(), None)
     assert not left, "a test left a capture active"
@@ -258,7 +258,7 @@ def test_capture_on_the_legacy_default_stream_is_refused(env, legacy):
     with pytest.raises(ng.CaptureStateError, match="legacy default stream") as refused:
         ng.begin_capture(legacy())
     assert "cuda.stream()" in str(refused.value)
-    assert not active_sessions()
+    assert not _registry.active()
     env.add[1, 32, env.other](env.y, env.one_other)
     np.testing.assert_array_equal(env.y.copy_to_host(stream=env.other), 1.0)
 

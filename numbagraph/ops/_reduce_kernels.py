@@ -9,10 +9,10 @@ never on timing or on how many blocks run:
   length): part ``p`` takes tiles ``p, p + parts, ...``. One block of ``T``
   threads reduces a part: thread ``t`` folds element ``t + k*T`` of each of
   its tiles into accumulator ``k``, and the block combines its threads'
-  values in a fixed tree in shared memory. Dealing tiles out keeps the
-  blocks in flight on neighbouring tiles, which is what runs at full memory
-  bandwidth (a float32 sum over 1 GiB on the H200 ran at 3.7 TB/s with a
-  contiguous chunk per block, at 4.2 with dealt tiles).
+  values in a fixed tree in shared memory. Tiles are dealt out, not cut into
+  a contiguous chunk per block, so that the blocks in flight read
+  neighbouring tiles: that is what runs at full memory bandwidth (see
+  docs/benchmarks).
 * The part results are folded in the same way by one block: thread ``t``
   takes parts ``t, t+T, ...`` in order, then the tree.
 
@@ -22,6 +22,11 @@ arithmetic in one block, keeping part results in shared memory; it needs no
 scratch and gives the same bits. Rows of a 2-D array are reduced by one
 block each (``rows``), each thread taking a row's elements ``t, t+T, ...``.
 No floating-point atomics are used anywhere.
+
+Each of these kernels has its own factory, ``additive_*_kernel`` for sums
+and ``extreme_*_kernel`` for maxima and minima, built from the device
+functions below; the ``single`` kernel runs its family's part and finish
+steps in one block.
 
 Maximum, minimum and their arguments carry (value, index) pairs and pick the
 larger value, NaN above all, and the smaller index on ties: a total order,
@@ -41,10 +46,17 @@ __all__ = [
     "ADDITIVE_UNROLL",
     "EXTREME_UNROLL",
     "additive_accumulator",
-    "block_tree_sum",
     "extreme_accumulator",
-    "additive_kernels",
-    "extreme_kernels",
+    "add",
+    "block_tree",
+    "additive_parts_kernel",
+    "additive_finish_kernel",
+    "additive_single_kernel",
+    "additive_rows_kernel",
+    "extreme_parts_kernel",
+    "extreme_finish_kernel",
+    "extreme_single_kernel",
+    "extreme_rows_kernel",
     "FIN_NONE",
     "FIN_MEAN",
     "FIN_SQRT",
@@ -52,11 +64,14 @@ __all__ = [
 
 FIN_NONE, FIN_MEAN, FIN_SQRT = 0, 1, 2
 
+int64 = types.int64
+
 # Loads each thread has in flight: its elements of one tile.
 ADDITIVE_UNROLL = 8
 EXTREME_UNROLL = 4
 
-_INDEX_SENTINEL = np.iinfo(np.int64).max
+# The index of "no value yet": larger than any real index, so it loses ties.
+_SENTINEL = np.int64(np.iinfo(np.int64).max)
 
 
 def additive_accumulator(dtype: np.dtype) -> np.dtype:
@@ -74,9 +89,16 @@ def extreme_accumulator(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def block_tree_sum(threads: int) -> Callable:
-    """``tree(sh, value, tid)``: every thread's ``value`` summed over a block of
-    ``threads`` in a fixed tree in the shared array ``sh``; all threads get it."""
+@cuda.jit(device=True)
+def add(a, b):
+    return a + b
+
+
+def block_tree(threads: int, combine: Callable) -> Callable:
+    """``tree(sh, value, tid)``: every thread's ``value`` combined over a
+    block of ``threads`` in a fixed tree in the shared array ``sh``, each
+    node ``combine(lower, upper)`` of its two halves' results (``combine`` a
+    device function such as ``add``); all threads get the result."""
 
     @cuda.jit(device=True)
     def tree(sh, value, tid):
@@ -85,28 +107,23 @@ def block_tree_sum(threads: int) -> Callable:
         step = threads // 2
         while step > 0:
             if tid < step:
-                sh[tid] = sh[tid] + sh[tid + step]
+                sh[tid] = combine(sh[tid], sh[tid + step])
             cuda.syncthreads()
             step //= 2
-        total = sh[0]
+        result = sh[0]
         cuda.syncthreads()
-        return total
+        return result
     return tree
 
 
-def additive_kernels(dtype: np.dtype, threads: int, max_parts: int, has_y: bool) -> dict:
-    """The four sum kernels for inputs of ``dtype``: of ``x`` alone, or with
-    ``has_y`` of ``x * y`` (compiled in, so a plain sum issues no load or
-    branch for ``y``). Their ``fin`` argument says what the total becomes:
-    itself, divided by the count (mean), or its square root (norm2); integer
-    totals are always themselves."""
-    acc_np = additive_accumulator(dtype)
-    acc = from_dtype(acc_np)
-    zero = acc_np.type(0)
-    tree = block_tree_sum(threads)
-    t8 = ADDITIVE_UNROLL * threads
-    int64 = types.int64
+# Sums. Their ``fin`` argument says what the total becomes: itself, divided
+# by the count (mean), or its square root (norm2); integer totals are always
+# themselves. With ``has_y`` they sum ``x * y`` rather than ``x`` (compiled
+# in, so a plain sum issues no load or branch for ``y``).
 
+def _finalize(acc_np: np.dtype) -> Callable:
+    """``finalize(total, count, fin)``."""
+    acc = from_dtype(acc_np)
     if acc_np.kind == "f":
         @cuda.jit(device=True)
         def finalize(total, count, fin):
@@ -119,6 +136,13 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int, has_y: bool)
         @cuda.jit(device=True)
         def finalize(total, count, fin):
             return total
+    return finalize
+
+
+def _thread_sum(dtype: np.dtype, threads: int, has_y: bool) -> Callable:
+    acc_np = additive_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    zero = acc_np.type(0)
 
     @cuda.jit(device=True)
     def thread_sum(x, y, xo, yo, first, step, length, tid):
@@ -183,43 +207,99 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int, has_y: bool)
                 a0 += acc(x[xo + j])
                 j += threads
         return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    return thread_sum
+
+
+def _sum_part(dtype: np.dtype, threads: int, has_y: bool) -> Callable:
+    """``part(x, y, n, p, nparts, sh, tid)``: the sum of part ``p`` of the
+    ``n`` elements dealt out to ``nparts`` parts, in every thread."""
+    thread_sum = _thread_sum(dtype, threads, has_y)
+    tree = block_tree(threads, add)
+    t8 = ADDITIVE_UNROLL * threads
 
     @cuda.jit(device=True)
-    def fold(parts, nparts, tid):
+    def part(x, y, n, p, nparts, sh, tid):
+        return tree(sh, thread_sum(x, y, 0, 0, p * t8, nparts * t8, n, tid), tid)
+    return part
+
+
+def _sum_finish(dtype: np.dtype, threads: int) -> Callable:
+    """``finish(parts, nparts, out, count, fin, sh, tid)``: ``out[0]`` is the
+    finalized sum of ``parts[:nparts]``, each thread taking parts ``tid,
+    tid + threads, ...`` in order."""
+    acc_np = additive_accumulator(dtype)
+    zero = acc_np.type(0)
+    tree = block_tree(threads, add)
+    finalize = _finalize(acc_np)
+
+    @cuda.jit(device=True)
+    def finish(parts, nparts, out, count, fin, sh, tid):
         total = zero
         p = tid
         while p < nparts:
             total += parts[p]
             p += threads
-        return total
+        total = tree(sh, total, tid)
+        if tid == 0:
+            out[0] = finalize(total, count, fin)
+    return finish
 
-    def parts_kernel(x, y, n, nparts, parts):  # one block per part
+
+def additive_parts_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable:
+    """``(x, y, n, nparts, parts)``: one block per part, its sum into ``parts``."""
+    acc = from_dtype(additive_accumulator(dtype))
+    part = _sum_part(dtype, threads, has_y)
+
+    def parts_kernel(x, y, n, nparts, parts):
         sh = cuda.shared.array(threads, acc)
         tid = cuda.threadIdx.x
         p = int64(cuda.blockIdx.x)
-        total = tree(sh, thread_sum(x, y, 0, 0, p * t8, nparts * t8, n, tid), tid)
+        total = part(x, y, n, p, nparts, sh, tid)
         if tid == 0:
             parts[p] = total
+    return parts_kernel
+
+
+def additive_finish_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(parts, nparts, out, count, fin)``: one block folds the part sums."""
+    acc = from_dtype(additive_accumulator(dtype))
+    finish = _sum_finish(dtype, threads)
 
     def finish_kernel(parts, nparts, out, count, fin):
         sh = cuda.shared.array(threads, acc)
-        tid = cuda.threadIdx.x
-        total = tree(sh, fold(parts, nparts, tid), tid)
-        if tid == 0:
-            out[0] = finalize(total, count, fin)
+        finish(parts, nparts, out, count, fin, sh, cuda.threadIdx.x)
+    return finish_kernel
+
+
+def additive_single_kernel(dtype: np.dtype, threads: int, max_parts: int,
+                           has_y: bool) -> Callable:
+    """``(x, y, n, nparts, out, fin)``: parts and finish in one block, the
+    part sums held in shared memory."""
+    acc = from_dtype(additive_accumulator(dtype))
+    part = _sum_part(dtype, threads, has_y)
+    finish = _sum_finish(dtype, threads)
 
     def single_kernel(x, y, n, nparts, out, fin):
         sh = cuda.shared.array(threads, acc)
         held = cuda.shared.array(max_parts, acc)
         tid = cuda.threadIdx.x
         for p in range(nparts):
-            total = tree(sh, thread_sum(x, y, 0, 0, p * t8, nparts * t8, n, tid), tid)
+            total = part(x, y, n, p, nparts, sh, tid)
             if tid == 0:
                 held[p] = total
         cuda.syncthreads()
-        total = tree(sh, fold(held, nparts, tid), tid)
-        if tid == 0:
-            out[0] = finalize(total, n, fin)
+        finish(held, nparts, out, n, fin, sh, tid)
+    return single_kernel
+
+
+def additive_rows_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable:
+    """``(x, y, y_row_stride, rows, cols, out, fin)``: one block per row."""
+    acc_np = additive_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    thread_sum = _thread_sum(dtype, threads, has_y)
+    tree = block_tree(threads, add)
+    finalize = _finalize(acc_np)
+    t8 = ADDITIVE_UNROLL * threads
 
     def rows_kernel(x, y, y_row_stride, rows, cols, out, fin):
         sh = cuda.shared.array(threads, acc)
@@ -231,57 +311,55 @@ def additive_kernels(dtype: np.dtype, threads: int, max_parts: int, has_y: bool)
             if tid == 0:
                 out[r] = finalize(total, cols, fin)
             r += cuda.gridDim.x
-
-    return {
-        "parts": parts_kernel,
-        "finish": finish_kernel,
-        "single": single_kernel,
-        "rows": rows_kernel,
-    }
+    return rows_kernel
 
 
-def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: bool) -> dict:
-    """The four max/min kernels; their ``largest`` argument picks max or min,
-    and with ``write_index`` they store where the extreme is (argmax, argmin)
-    rather than its value. The starting value never wins a comparison, ties
-    with it included (its index is larger than any real one)."""
+# Maxima and minima. Their ``largest`` argument picks max or min, and with
+# ``write_index`` they store where the extreme is (argmax, argmin) rather
+# than its value. The starting value never wins a comparison, ties with it
+# included (its index is ``_SENTINEL``).
+
+def _worst(acc_np: np.dtype) -> tuple:
+    """(lowest, highest) values of ``acc_np``: the starting values of max, min."""
+    if acc_np.kind == "f":
+        return acc_np.type(-np.inf), acc_np.type(np.inf)
+    info = np.iinfo(acc_np)
+    return acc_np.type(info.min), acc_np.type(info.max)
+
+
+@cuda.jit(device=True)
+def _better(v1, i1, v2, i2, largest):
+    """Whether (v2, i2) beats (v1, i1)."""
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    if nan1 or nan2:
+        if nan1 and nan2:
+            return i2 < i1
+        return nan2
+    if v1 == v2:
+        return i2 < i1
+    if largest:
+        return v2 > v1
+    return v2 < v1
+
+
+@cuda.jit(device=True)
+def _improves(v, best, best_index, largest):
+    """Whether v, met after ``best`` in index order, replaces it: the
+    first NaN, or a strictly better value, or anything over no value."""
+    if best_index == _SENTINEL:
+        return True
+    if v != v:
+        return best == best
+    if largest:
+        return v > best
+    return v < best
+
+
+def _thread_best(dtype: np.dtype, threads: int) -> Callable:
     acc_np = extreme_accumulator(dtype)
     acc = from_dtype(acc_np)
-    if acc_np.kind == "f":
-        low, high = acc_np.type(-np.inf), acc_np.type(np.inf)
-    else:
-        info = np.iinfo(acc_np)
-        low, high = acc_np.type(info.min), acc_np.type(info.max)
-    sentinel = np.int64(_INDEX_SENTINEL)
-    int64 = types.int64
-    t4 = EXTREME_UNROLL * threads
-
-    @cuda.jit(device=True)
-    def better(v1, i1, v2, i2, largest):
-        """Whether (v2, i2) beats (v1, i1)."""
-        nan1 = v1 != v1
-        nan2 = v2 != v2
-        if nan1 or nan2:
-            if nan1 and nan2:
-                return i2 < i1
-            return nan2
-        if v1 == v2:
-            return i2 < i1
-        if largest:
-            return v2 > v1
-        return v2 < v1
-
-    @cuda.jit(device=True)
-    def improves(v, best, best_index, largest):
-        """Whether v, met after ``best`` in index order, replaces it: the
-        first NaN, or a strictly better value, or anything over no value."""
-        if best_index == sentinel:
-            return True
-        if v != v:
-            return best == best
-        if largest:
-            return v > best
-        return v < best
+    low, high = _worst(acc_np)
 
     @cuda.jit(device=True)
     def thread_best(x, xo, first, step, length, tid, largest):
@@ -295,44 +373,51 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         bv1 = worst
         bv2 = worst
         bv3 = worst
-        bi0 = sentinel
-        bi1 = sentinel
-        bi2 = sentinel
-        bi3 = sentinel
+        bi0 = _SENTINEL
+        bi1 = _SENTINEL
+        bi2 = _SENTINEL
+        bi3 = _SENTINEL
         j = int64(first) + tid
         while j + 3 * threads < length:
             v0 = acc(x[xo + j])
             v1 = acc(x[xo + j + threads])
             v2 = acc(x[xo + j + 2 * threads])
             v3 = acc(x[xo + j + 3 * threads])
-            if improves(v0, bv0, bi0, largest):
+            if _improves(v0, bv0, bi0, largest):
                 bv0 = v0
                 bi0 = j
-            if improves(v1, bv1, bi1, largest):
+            if _improves(v1, bv1, bi1, largest):
                 bv1 = v1
                 bi1 = j + threads
-            if improves(v2, bv2, bi2, largest):
+            if _improves(v2, bv2, bi2, largest):
                 bv2 = v2
                 bi2 = j + 2 * threads
-            if improves(v3, bv3, bi3, largest):
+            if _improves(v3, bv3, bi3, largest):
                 bv3 = v3
                 bi3 = j + 3 * threads
             j += step
         while j < length:
             v0 = acc(x[xo + j])
-            if improves(v0, bv0, bi0, largest):
+            if _improves(v0, bv0, bi0, largest):
                 bv0 = v0
                 bi0 = j
             j += threads
-        if better(bv0, bi0, bv1, bi1, largest):
+        if _better(bv0, bi0, bv1, bi1, largest):
             bv0 = bv1
             bi0 = bi1
-        if better(bv2, bi2, bv3, bi3, largest):
+        if _better(bv2, bi2, bv3, bi3, largest):
             bv2 = bv3
             bi2 = bi3
-        if better(bv0, bi0, bv2, bi2, largest):
+        if _better(bv0, bi0, bv2, bi2, largest):
             return bv2, bi2
         return bv0, bi0
+    return thread_best
+
+
+def _pair_tree(threads: int) -> Callable:
+    """``tree(shv, shi, value, index, tid, largest)``: the best (value, index)
+    of a block, as ``block_tree`` combines, in the shared arrays ``shv`` and
+    ``shi``; all threads get it."""
 
     @cuda.jit(device=True)
     def tree(shv, shi, value, index, tid, largest):
@@ -342,7 +427,7 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         step = threads // 2
         while step > 0:
             if tid < step:
-                if better(shv[tid], shi[tid], shv[tid + step], shi[tid + step], largest):
+                if _better(shv[tid], shi[tid], shv[tid + step], shi[tid + step], largest):
                     shv[tid] = shv[tid + step]
                     shi[tid] = shi[tid + step]
             cuda.syncthreads()
@@ -351,18 +436,25 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         index = shi[0]
         cuda.syncthreads()
         return value, index
+    return tree
+
+
+def _best_part(dtype: np.dtype, threads: int) -> Callable:
+    """``part(x, n, p, nparts, shv, shi, tid, largest)``: the best of part
+    ``p``, in every thread."""
+    thread_best = _thread_best(dtype, threads)
+    tree = _pair_tree(threads)
+    t4 = EXTREME_UNROLL * threads
 
     @cuda.jit(device=True)
-    def fold(parts_v, parts_i, nparts, tid, largest):
-        bv = low if largest else high
-        bi = sentinel
-        p = tid
-        while p < nparts:
-            if better(bv, bi, parts_v[p], parts_i[p], largest):
-                bv = parts_v[p]
-                bi = parts_i[p]
-            p += threads
-        return bv, bi
+    def part(x, n, p, nparts, shv, shi, tid, largest):
+        v, i = thread_best(x, 0, p * t4, nparts * t4, n, tid, largest)
+        return tree(shv, shi, v, i, tid, largest)
+    return part
+
+
+def _store(write_index: bool) -> Callable:
+    """``store(out, k, value, index)``: ``out[k]`` is the index or the value."""
 
     @cuda.jit(device=True)
     def store(out, k, value, index):
@@ -370,12 +462,38 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
             out[k] = index
         else:
             out[k] = value
+    return store
 
-    def part_best(x, n, p, nparts, tid, shv, shi, largest):
-        v, i = thread_best(x, 0, p * t4, nparts * t4, n, tid, largest)
-        return tree(shv, shi, v, i, tid, largest)
 
-    part_best = cuda.jit(device=True)(part_best)
+def _best_finish(dtype: np.dtype, threads: int, write_index: bool) -> Callable:
+    """``finish(parts_v, parts_i, nparts, out, shv, shi, tid, largest)``:
+    ``out[0]`` gets the best of the ``nparts`` part results, each thread
+    taking parts ``tid, tid + threads, ...`` in order."""
+    low, high = _worst(extreme_accumulator(dtype))
+    tree = _pair_tree(threads)
+    store = _store(write_index)
+
+    @cuda.jit(device=True)
+    def finish(parts_v, parts_i, nparts, out, shv, shi, tid, largest):
+        bv = low if largest else high
+        bi = _SENTINEL
+        p = tid
+        while p < nparts:
+            if _better(bv, bi, parts_v[p], parts_i[p], largest):
+                bv = parts_v[p]
+                bi = parts_i[p]
+            p += threads
+        v, i = tree(shv, shi, bv, bi, tid, largest)
+        if tid == 0:
+            store(out, 0, v, i)
+    return finish
+
+
+def extreme_parts_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(x, n, nparts, parts_v, parts_i, largest)``: a block per part, its
+    best into ``parts_v``, ``parts_i``."""
+    acc = from_dtype(extreme_accumulator(dtype))
+    part = _best_part(dtype, threads)
 
     def parts_kernel(x, n, nparts, parts_v, parts_i, largest):
         shv = cuda.shared.array(threads, acc)
@@ -383,20 +501,33 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         tid = cuda.threadIdx.x
         p = int64(cuda.blockIdx.x)
         while p < nparts:
-            v, i = part_best(x, n, p, nparts, tid, shv, shi, largest)
+            v, i = part(x, n, p, nparts, shv, shi, tid, largest)
             if tid == 0:
                 parts_v[p] = v
                 parts_i[p] = i
             p += cuda.gridDim.x
+    return parts_kernel
+
+
+def extreme_finish_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Callable:
+    """``(parts_v, parts_i, nparts, out, largest)``: one block folds the parts."""
+    acc = from_dtype(extreme_accumulator(dtype))
+    finish = _best_finish(dtype, threads, write_index)
 
     def finish_kernel(parts_v, parts_i, nparts, out, largest):
         shv = cuda.shared.array(threads, acc)
         shi = cuda.shared.array(threads, int64)
-        tid = cuda.threadIdx.x
-        v, i = fold(parts_v, parts_i, nparts, tid, largest)
-        v, i = tree(shv, shi, v, i, tid, largest)
-        if tid == 0:
-            store(out, 0, v, i)
+        finish(parts_v, parts_i, nparts, out, shv, shi, cuda.threadIdx.x, largest)
+    return finish_kernel
+
+
+def extreme_single_kernel(dtype: np.dtype, threads: int, max_parts: int,
+                          write_index: bool) -> Callable:
+    """``(x, n, nparts, out, largest)``: parts and finish in one block, the
+    part results held in shared memory."""
+    acc = from_dtype(extreme_accumulator(dtype))
+    part = _best_part(dtype, threads)
+    finish = _best_finish(dtype, threads, write_index)
 
     def single_kernel(x, n, nparts, out, largest):
         shv = cuda.shared.array(threads, acc)
@@ -405,15 +536,22 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
         held_i = cuda.shared.array(max_parts, int64)
         tid = cuda.threadIdx.x
         for p in range(nparts):
-            v, i = part_best(x, n, p, nparts, tid, shv, shi, largest)
+            v, i = part(x, n, p, nparts, shv, shi, tid, largest)
             if tid == 0:
                 held_v[p] = v
                 held_i[p] = i
         cuda.syncthreads()
-        v, i = fold(held_v, held_i, nparts, tid, largest)
-        v, i = tree(shv, shi, v, i, tid, largest)
-        if tid == 0:
-            store(out, 0, v, i)
+        finish(held_v, held_i, nparts, out, shv, shi, tid, largest)
+    return single_kernel
+
+
+def extreme_rows_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Callable:
+    """``(x, rows, cols, out, largest)``: one block per row."""
+    acc = from_dtype(extreme_accumulator(dtype))
+    thread_best = _thread_best(dtype, threads)
+    tree = _pair_tree(threads)
+    store = _store(write_index)
+    t4 = EXTREME_UNROLL * threads
 
     def rows_kernel(x, rows, cols, out, largest):
         shv = cuda.shared.array(threads, acc)
@@ -426,10 +564,4 @@ def extreme_kernels(dtype: np.dtype, threads: int, max_parts: int, write_index: 
             if tid == 0:
                 store(out, r, v, i)
             r += cuda.gridDim.x
-
-    return {
-        "parts": parts_kernel,
-        "finish": finish_kernel,
-        "single": single_kernel,
-        "rows": rows_kernel,
-    }
+    return rows_kernel

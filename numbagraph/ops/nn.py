@@ -17,11 +17,19 @@ from numba import cuda, types
 from ..errors import OpError
 from . import _launch
 from ._operands import FLOATS, check_dtype, device_array, flat, row_view
-from ._reduce_kernels import block_tree_sum
+from ._reduce_kernels import add, block_tree
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
 
 SOFTMAX, LAYERNORM, RMSNORM = 0, 1, 2
+
+
+@cuda.jit(device=True)
+def nan_max(a, b):
+    """The larger of ``a`` and ``b``, NaN above any number."""
+    if b > a or b != b:
+        return b
+    return a
 
 
 def _rows_kernel(dtype: np.dtype, threads: int):
@@ -31,23 +39,8 @@ def _rows_kernel(dtype: np.dtype, threads: int):
     lowest = acc_np.type(-np.inf)
     int64 = types.int64
 
-    tree_sum = block_tree_sum(threads)
-
-    @cuda.jit(device=True)
-    def tree_max(sh, value, tid):
-        sh[tid] = value
-        cuda.syncthreads()
-        step = threads // 2
-        while step > 0:
-            if tid < step:
-                other = sh[tid + step]
-                if other > sh[tid] or other != other:
-                    sh[tid] = other
-            cuda.syncthreads()
-            step //= 2
-        best = sh[0]
-        cuda.syncthreads()
-        return best
+    tree_sum = block_tree(threads, add)
+    tree_max = block_tree(threads, nan_max)
 
     def kernel(x, w, has_w, b, has_b, out, rows, cols, eps, kind):
         sh = cuda.shared.array(threads, acc)
@@ -59,9 +52,7 @@ def _rows_kernel(dtype: np.dtype, threads: int):
                 top = lowest
                 j = int64(tid)
                 while j < cols:
-                    v = acc(x[base + j])
-                    if v > top or v != v:
-                        top = v
+                    top = nan_max(top, acc(x[base + j]))
                     j += threads
                 top = tree_max(sh, top, tid)
                 total = zero

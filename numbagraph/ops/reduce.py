@@ -16,7 +16,7 @@ before capturing it and this never happens.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
@@ -35,11 +35,10 @@ __all__ = [
 INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int32, np.int64, np.uint32, np.uint64))
 
 
-# Parts per multiprocessor: enough blocks in flight for full bandwidth (a
-# probe of the dealt-tile sum on the H200 reached 4.3 TB/s with 8 per SM,
-# 4.35 with 16, 4.37 with 32). MAX_PARTS keeps the
-# part results (value and index, 16 bytes each) within the 48 KiB of static
-# shared memory a ``single`` block may hold.
+# Parts per multiprocessor: enough blocks in flight for full bandwidth (see
+# docs/benchmarks). MAX_PARTS keeps the part results (value and index, 16
+# bytes each) within the 48 KiB of static shared memory a ``single`` block
+# may hold.
 PARTS_PER_SM = 16
 MAX_PARTS = 2560
 
@@ -80,8 +79,12 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     return arrays
 
 
-def _kernel(name: str, family: tuple, build, signature: tuple) -> Any:
-    return _launch.compiled(("reduce", family, name), lambda: (build()[name], signature))
+def _kernel(factory: Callable, args: tuple, out: Any, signature: tuple) -> Any:
+    """The kernel ``factory(*args)`` compiled for ``signature``, cached by the
+    factory, its arguments and the dtype of ``out`` (None for a kernel
+    without one): together they decide the signature."""
+    key = ("reduce", factory, args, None if out is None else out.dtype.str)
+    return _launch.compiled(key, lambda: (factory(*args), signature))
 
 
 def _axis_rows(x: Any, axis: Any, op: str) -> bool:
@@ -150,11 +153,6 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     acc = _rk.additive_accumulator(dtype)
     _, threads = _launch.limits()
     max_parts = _max_parts()
-    family = ("add", dtype.str, threads, max_parts, has_y)
-
-    def build():
-        return _rk.additive_kernels(dtype, threads, max_parts, has_y)
-
     arr, acc_arr = _launch.array_type(dtype), _launch.array_type(acc)
     i64 = _launch.INDEX
     xf, yf = flat(x_dev), flat(y_dev)
@@ -164,7 +162,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
         check_disjoint(out_dev, [("the input", x_dev), ("the second input", y_dev)], op)
         if rows == 0:
             return
-        kernel = _kernel("rows", family + (out_dev.dtype.str,), build,
+        kernel = _kernel(_rk.additive_rows_kernel, (dtype, threads, has_y), out_dev,
                          (arr, arr, i64, i64, i64, _launch.array_type(out_dev.dtype), i64))
         kernel[min(rows, max_parts), threads, launch_on](
             xf, yf, y_row_stride, rows, cols, out_dev, fin)
@@ -175,12 +173,15 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
     parts = _plan(n, _rk.ADDITIVE_UNROLL)
     scratch = _scratch_for(launch_on, acc, False) if parts > 1 else None
     if scratch is None:
-        kernel = _kernel("single", family, build, (arr, arr, i64, i64, out_t, i64))
+        kernel = _kernel(_rk.additive_single_kernel, (dtype, threads, max_parts, has_y),
+                         out_dev, (arr, arr, i64, i64, out_t, i64))
         kernel[1, threads, launch_on](xf, yf, n, parts, out_dev, fin)
         return
     values, _ = scratch
-    first = _kernel("parts", family, build, (arr, arr, i64, i64, acc_arr))
-    second = _kernel("finish", family, build, (acc_arr, i64, out_t, i64, i64))
+    first = _kernel(_rk.additive_parts_kernel, (dtype, threads, has_y), None,
+                    (arr, arr, i64, i64, acc_arr))
+    second = _kernel(_rk.additive_finish_kernel, (dtype, threads), out_dev,
+                     (acc_arr, i64, out_t, i64, i64))
     first[parts, threads, launch_on](xf, yf, n, parts, values)
     second[1, threads, launch_on](values, parts, out_dev, n, fin)
 
@@ -200,12 +201,6 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
     arr, acc_arr, i64 = _launch.array_type(dtype), _launch.array_type(acc), _launch.INDEX
     idx_arr = _launch.array_type(np.int64)
 
-    def family(out_dev):
-        return ("extreme", dtype.str, write_index, threads, max_parts, out_dev.dtype.str)
-
-    def build():
-        return _rk.extreme_kernels(dtype, threads, max_parts, write_index)
-
     if rows_mode:
         rows, cols = x_dev.shape
         out_dev = _rows_out(out, rows, out_dtypes, op)
@@ -214,7 +209,7 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
             return
         if cols == 0:
             raise OpError(f"{op} of rows with no elements has no value")
-        kernel = _kernel("rows", family(out_dev), build,
+        kernel = _kernel(_rk.extreme_rows_kernel, (dtype, threads, write_index), out_dev,
                          (arr, i64, i64, _launch.array_type(out_dev.dtype), types.boolean))
         kernel[min(rows, max_parts), threads, launch_on](xf, rows, cols, out_dev, largest)
         return
@@ -226,14 +221,14 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
     parts = _plan(n, _rk.EXTREME_UNROLL)
     scratch = _scratch_for(launch_on, acc, True) if parts > 1 else None
     if scratch is None:
-        kernel = _kernel("single", family(out_dev), build,
-                         (arr, i64, i64, out_t, types.boolean))
+        kernel = _kernel(_rk.extreme_single_kernel, (dtype, threads, max_parts, write_index),
+                         out_dev, (arr, i64, i64, out_t, types.boolean))
         kernel[1, threads, launch_on](xf, n, parts, out_dev, largest)
         return
     values, indices = scratch
-    first = _kernel("parts", family(out_dev), build,
+    first = _kernel(_rk.extreme_parts_kernel, (dtype, threads), None,
                     (arr, i64, i64, acc_arr, idx_arr, types.boolean))
-    second = _kernel("finish", family(out_dev), build,
+    second = _kernel(_rk.extreme_finish_kernel, (dtype, threads, write_index), out_dev,
                      (acc_arr, idx_arr, i64, out_t, types.boolean))
     first[parts, threads, launch_on](xf, n, parts, values, indices, largest)
     second[1, threads, launch_on](values, indices, parts, out_dev, largest)
