@@ -404,3 +404,29 @@ def test_op_error_is_a_value_error_and_a_type_error():
     assert issubclass(ng.OpError, ValueError)
     assert issubclass(ng.OpError, TypeError)
     assert issubclass(ng.OpError, ng.NumbagraphError)
+
+
+def test_out_may_be_an_input_itself(stream):
+    a = np.arange(64, dtype=np.float32)
+    x = cuda.to_device(a, stream=stream)
+    ng.add_into(x, x, x, stream=stream)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2 * a)
+
+
+PARTIAL_OVERLAPS = {
+    "shifted by one": lambda x, m: (x[1:], 0.0, x[:-1]),
+    "row broadcast from out": lambda x, m: (m, m[0], m),
+    "one element of out": lambda x, m: (x[:-1], x[3:4], x[:-1]),
+}
+
+
+@pytest.mark.parametrize("case", list(PARTIAL_OVERLAPS))
+def test_an_input_partly_overlapping_out_is_refused_before_launch(stream, case):
+    x = cuda.to_device(np.arange(4097, dtype=np.float32), stream=stream)
+    m = cuda.to_device(np.arange(12, dtype=np.float32).reshape(4, 3), stream=stream)
+    before_x, before_m = x.copy_to_host(stream=stream), m.copy_to_host(stream=stream)
+    a, b, out = PARTIAL_OVERLAPS[case](x, m)
+    with pytest.raises(ng.OpError, match="shares memory with out"):
+        ng.add_into(a, b, out, stream=stream)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), before_x)
+    np.testing.assert_array_equal(m.copy_to_host(stream=stream), before_m)

@@ -253,3 +253,25 @@ def test_norms_may_write_over_their_input(stream):
 def test_row_ops_refuse_bad_calls(stream, call, message):
     with pytest.raises(ng.OpError, match=message):
         call(stream)
+
+
+def test_row_op_out_partly_over_x_is_refused(stream):
+    x = cuda.to_device(np.random.default_rng(0).random((5, 8), np.float32), stream=stream)
+    with pytest.raises(ng.OpError, match="shares memory with out"):
+        ng.softmax_into(x[:4], x[1:], stream=stream)
+
+
+def test_row_op_out_over_its_weight_is_refused(stream):
+    x = cuda.to_device(np.ones((2, 8), np.float32), stream=stream)
+    out = cuda.to_device(np.zeros((2, 8), np.float32), stream=stream)
+    with pytest.raises(ng.OpError, match="overlaps weight"):
+        ng.rmsnorm_into(x, out[0], out, stream=stream)
+
+
+def test_row_op_may_compute_in_place(stream):
+    a = np.random.default_rng(1).random((3, 8)).astype(np.float32)
+    x = cuda.to_device(a, stream=stream)
+    ng.softmax_into(x, x, stream=stream)
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(x.copy_to_host(stream=stream), e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-5)

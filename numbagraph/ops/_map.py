@@ -20,7 +20,15 @@ from typing import Any, Callable, Sequence
 from numba import cuda, types
 
 from . import _launch
-from ._operands import ARRAY, SCALAR, VALUE, Operand, broadcast_strides, row_view
+from ._operands import (
+    ARRAY,
+    SCALAR,
+    VALUE,
+    Operand,
+    broadcast_strides,
+    check_in_place,
+    row_view,
+)
 
 __all__ = ["run"]
 
@@ -116,6 +124,11 @@ def _rows_template(f: Callable) -> Callable:
     return kernel
 
 
+def _shaped(item: Operand) -> Any:
+    """The operand's device array in its own shape (operands hold it flat)."""
+    return item.array.reshape(item.shape) if item.shape else item.array
+
+
 def run(
     key: tuple,
     make_fn: Callable[[], Callable],
@@ -138,6 +151,8 @@ def run(
     for name, item in inputs:
         slots.append(item)
         strides.append(broadcast_strides(item, out_shape, name, op))
+    check_in_place(out, [(name, _shaped(item)) for name, item in inputs
+                         if item.mode != VALUE], op)
     while len(slots) < 3:
         slots.append(Operand(VALUE, value=out.dtype.type(0), dtype=out.dtype))
         strides.append((0, 0))

@@ -194,6 +194,26 @@ def overlaps(a: Any, b: Any) -> bool:
     return a_lo < b_hi and b_lo < a_hi
 
 
+def check_in_place(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None:
+    """Refuse inputs that share memory with ``out`` without being ``out``
+    itself (same memory, same shape): each element of ``out`` is written by
+    the thread that reads the same element of such an input, so exact
+    aliasing computes in place, but a shifted or broadcast view would be
+    read after other threads wrote it."""
+    out_extent = _extent(out)
+    for what, dev in inputs:
+        if dev is None or not overlaps(out, dev):
+            continue
+        if _extent(dev) == out_extent and tuple(dev.shape) == tuple(out.shape):
+            continue
+        raise OpError(
+            f"{what} of {op} shares memory with out without being out itself "
+            f"({what} has shape {tuple(dev.shape)}, out {tuple(out.shape)}): threads "
+            f"would read elements of {what} that others have already written. Pass "
+            "out itself to compute in place, or an input in memory of its own"
+        )
+
+
 def check_disjoint(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None:
     """Refuse outputs that share memory with inputs an op reads from other
     threads than the one writing (matrix products, gathers)."""

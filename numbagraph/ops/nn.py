@@ -16,7 +16,7 @@ from numba import cuda, types
 
 from ..errors import OpError
 from . import _launch
-from ._operands import FLOATS, check_dtype, device_array, flat, row_view
+from ._operands import FLOATS, check_disjoint, check_dtype, check_in_place, device_array, flat, row_view
 from ._reduce_kernels import add, block_tree
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
@@ -121,6 +121,9 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
                 f"{what} of {op} must have shape ({cols},) and dtype {dtype}; got "
                 f"{tuple(p_dev.shape)} {p_dev.dtype}")
         params.append((p_dev, True))
+    check_in_place(out_dev, [("x", x_dev)], op)
+    check_disjoint(out_dev, [(what, p if has else None)
+                             for what, (p, has) in zip(("weight", "bias"), params)], op)
     if not isinstance(eps, (int, float, np.floating, np.integer)) or not eps >= 0:
         raise OpError(f"eps of {op} must be a non-negative number, not {eps!r}")
     if rows == 0:
