@@ -81,8 +81,21 @@ lock = threading.Lock()
 """Held while a capture is added or removed, and while deferred releases run."""
 
 # handle -> the refused operation that ended the capture on that stream, so
-# that end_capture can say why there is no graph.
+# that end_capture can say why there is no graph. Kept without a traceback
+# (which would pin the frames it passed through), for the latest streams.
 _ended: dict[int, BaseException] = {}
+_ENDED_KEPT = 256
+
+
+def _remember_ended(handle: int, error: BaseException) -> None:
+    try:
+        reason = type(error)(*error.args)
+    except Exception:  # noqa: BLE001  an exception type that takes other arguments
+        reason = CaptureInvalidatedError(str(error))
+    _ended.pop(handle, None)
+    _ended[handle] = reason
+    while len(_ended) > _ENDED_KEPT:
+        del _ended[next(iter(_ended))]
 
 
 def active() -> list[Session]:
@@ -139,7 +152,7 @@ def invalidate(ended: Iterable[Session], error: BaseException) -> None:
             with lock:
                 current = session.current
                 if current:
-                    _ended[session.handle] = error
+                    _remember_ended(session.handle, error)
             if current:
                 discard(session)
         elif session.failure is None:

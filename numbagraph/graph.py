@@ -137,7 +137,8 @@ class CapturedGraph:
                 "from the same sequence of kernels and launch configurations; "
                 "capture a new graph instead"
             ) from exc
-        self._res.keepalive = self._res.keepalive + other._res.keepalive
+        # The graph now runs other's arguments, and only those.
+        self._res.keepalive = list(other._res.keepalive)
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

@@ -48,6 +48,10 @@ def _infer_dtype(value: Any) -> np.dtype:
     )
 
 
+# NumPy's time types are integers to isinstance, but not numbers to store.
+_NOT_NUMBERS = (np.timedelta64, np.datetime64)
+
+
 def _checker(dtype: np.dtype):
     """A function that validates a Python value for ``dtype`` and returns it
     in a form numpy stores exactly."""
@@ -75,7 +79,7 @@ def _checker(dtype: np.dtype):
                         f"{value!r} is not an integer, so it cannot be stored in "
                         f"{dtype.name}; round it first if that is what you mean"
                     )
-            elif not isinstance(value, (int, np.integer)):
+            elif not isinstance(value, (int, np.integer)) or isinstance(value, _NOT_NUMBERS):
                 raise ScalarValueError(
                     f"{type(value).__name__} {value!r} cannot be stored in {dtype.name}"
                 )
@@ -95,13 +99,17 @@ def _checker(dtype: np.dtype):
         if type(value) is float and -big <= value <= big:
             return value  # the common case, kept short for replay loops
         if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
-            value, bool
+            value, (bool, *_NOT_NUMBERS)
         ):
             raise ScalarValueError(
                 f"{type(value).__name__} {value!r} cannot be stored in {dtype.name}"
             )
-        fvalue = float(value)
-        if math.isfinite(fvalue) and abs(fvalue) > big:
+        try:
+            fvalue = float(value)
+        except OverflowError:
+            fvalue = math.inf  # an int beyond any float: reported below
+        if not math.isfinite(fvalue) and isinstance(value, (int, np.integer)) \
+                or math.isfinite(fvalue) and abs(fvalue) > big:
             raise ScalarValueError(
                 f"{value!r} overflows {dtype.name} (largest {big:g}); "
                 "use a wider dtype"

@@ -175,3 +175,17 @@ def test_numba_frees_wait_exactly_as_long_as_the_capture(stream, kernels, warm_a
     cap.graph.launch()
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
     cap.graph.close()
+
+
+def test_a_refused_capture_keeps_its_reason_without_its_frames(stream):
+    from numbagraph import _registry
+
+    ng.begin_capture(stream)
+    with pytest.raises(ng.UncapturableOperationError):
+        stream.synchronize()
+    # The reason end_capture gives is kept, but not the traceback that pins
+    # every frame it passed through.
+    reasons = list(_registry._ended.values())
+    assert reasons and reasons[-1].__traceback__ is None
+    with pytest.raises(ng.CaptureInvalidatedError, match="synchronize"):
+        ng.end_capture(stream)

@@ -109,3 +109,26 @@ def test_update_with_other_topology_is_refused(stream, kernels, warm_add):
         a.graph.update(b.graph)
     a.graph.launch()  # still usable
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_update_keeps_only_what_the_graph_now_uses(stream, kernels, warm_add):
+    _, one = warm_add
+    start = device_zeros(32, stream=stream)
+    with ng.capture(stream) as first:
+        kernels.add[1, 32, stream](start, one)
+    graph = first.graph
+    superseded = []
+    for _ in range(3):
+        x = device_zeros(32, stream=stream)
+        with ng.capture(stream) as other:
+            kernels.add[1, 32, stream](x, one)
+        graph.update(other.graph)
+        other.graph.close()
+        superseded.append(weakref.ref(x))
+        del x, other
+    gc.collect()
+    del start
+    gc.collect()
+    assert [ref() is None for ref in superseded] == [True, True, False]
+    graph.launch()
+    np.testing.assert_array_equal(superseded[-1]().copy_to_host(stream=stream), 1.0)

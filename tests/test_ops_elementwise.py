@@ -430,3 +430,11 @@ def test_an_input_partly_overlapping_out_is_refused_before_launch(stream, case):
         ng.add_into(a, b, out, stream=stream)
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), before_x)
     np.testing.assert_array_equal(m.copy_to_host(stream=stream), before_m)
+
+
+def test_a_malformed_foreign_array_interface_is_named(stream):
+    class NoData:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "version": 3}
+
+    with pytest.raises(ng.OpError, match="__cuda_array_interface__"):
+        ng.add_into(NoData(), 1.0, ng.empty(4, np.float32), stream=stream)

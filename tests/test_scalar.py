@@ -154,3 +154,13 @@ def test_recorded_update_stores_the_exact_bits_numpy_would(stream, dtype):
         cap.graph.launch()
         assert _bits(s.value, dtype) == _bits(value, dtype), value
         cap.graph.close()
+
+
+@pytest.mark.parametrize("value, dtype", [
+    (10**400, np.float64), (-(10**400), np.float32),
+    (np.timedelta64(1, "s"), np.int32), (np.timedelta64(1, "s"), np.float32),
+    (np.datetime64(1, "s"), np.int64),
+])
+def test_values_numpy_or_python_cannot_store_raise_scalar_value_error(value, dtype):
+    with pytest.raises(ng.ScalarValueError):
+        ng.DeviceScalar(value, dtype=dtype)

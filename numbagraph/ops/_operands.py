@@ -51,7 +51,14 @@ def device_array(obj: Any, what: str) -> Any:
     their one-element array."""
     if isinstance(obj, DeviceScalar):
         return obj.inner()
-    dev = _backend.as_device_array(obj)
+    try:
+        dev = _backend.as_device_array(obj)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise OpError(
+            f"{what} is a {type(obj).__name__} whose __cuda_array_interface__ numba "
+            f"cannot read ({type(exc).__name__}: {exc}); it needs at least 'shape', "
+            "'typestr', 'data' and 'version'"
+        ) from exc
     if dev is None:
         if isinstance(obj, np.ndarray):
             raise OpError(
