@@ -24,7 +24,7 @@ from .errors import CaptureInvalidatedError
 __all__ = [
     "LEGACY_DEFAULT_HANDLES", "Session", "sessions", "lock", "active", "add",
     "remove", "discard", "invalidate", "consequence", "raise_if_invalidated",
-    "take_ended", "release_when_idle", "run_deferred", "device_wrappers",
+    "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
     "register_device_wrapper",
 ]
 
@@ -46,7 +46,9 @@ class Session:
         self.handle = handle
         self.mode = mode
         self.keepalive: list = []
-        self.thread = threading.get_ident()
+        # The Thread object, not its ident: idents are reused after a thread
+        # ends, and a new thread must not inherit a dead one's capture.
+        self.thread = threading.current_thread()
         # Set when another thread's refused operation invalidated this
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
@@ -146,9 +148,9 @@ def invalidate(ended: Iterable[Session], error: BaseException) -> None:
     thread's next launch on the stream, or its end_capture, ends it and
     raises CaptureInvalidatedError.
     """
-    me = threading.get_ident()
+    me = threading.current_thread()
     for session in ended:
-        if session.thread == me:
+        if session.thread is me:
             with lock:
                 current = session.current
                 if current:
@@ -161,10 +163,10 @@ def invalidate(ended: Iterable[Session], error: BaseException) -> None:
 
 def consequence(ended: Iterable[Session]) -> str:
     """What :func:`invalidate` does to these captures, for error messages."""
-    me = threading.get_ident()
+    me = threading.current_thread()
     ended = list(ended)
-    own = [repr(s.stream) for s in ended if s.thread == me]
-    other = [repr(s.stream) for s in ended if s.thread != me]
+    own = [repr(s.stream) for s in ended if s.thread is me]
+    other = [repr(s.stream) for s in ended if s.thread is not me]
     parts = []
     if own:
         parts.append(
@@ -186,7 +188,7 @@ def raise_if_invalidated(session: Session) -> None:
     failure = session.failure
     if failure is None:
         return
-    if session.mode != "relaxed" and session.thread != threading.get_ident():
+    if session.mode != "relaxed" and session.thread is not threading.current_thread():
         return  # only the owning thread may end it
     with lock:
         current = session.current
@@ -211,6 +213,40 @@ def release_when_idle(free: Callable[[], None]) -> None:
     """Run ``free()`` now if no capture is active, else once the last one
     ends. Safe to call from finalizers, on any thread."""
     _deferred.append(free)
+    forget_orphans()
+    run_deferred()
+
+
+_ORPHANED = (
+    "the thread that began the capture on {stream} ended without ending it. "
+    "numbagraph forgot the capture and released what it held; CUDA lets no "
+    "other thread end a capture begun in mode 'thread_local' or 'global', so "
+    "on the GPU that stream may still capture: use another stream"
+)
+
+
+def forget_orphans() -> None:
+    """Forget the captures whose thread ended without ending them: release
+    what they hold and end them where CUDA allows (mode "relaxed"), so that
+    deferred releases and numba's frees are not held forever. Never blocks."""
+    orphans = [s for s in list(sessions.values()) if not s.thread.is_alive()]
+    if not orphans or not lock.acquire(blocking=False):
+        return
+    try:
+        orphans = [s for s in orphans if sessions.get(s.handle) is s]
+        for session in orphans:
+            del sessions[session.handle]
+            _remember_ended(session.handle, CaptureInvalidatedError(
+                _ORPHANED.format(stream=repr(session.stream))))
+    finally:
+        lock.release()
+    for session in orphans:
+        try:
+            session.recording.abort()
+        except Exception:  # noqa: BLE001  CUDA may refuse another thread's end
+            pass
+        session.keepalive = []
+        session.recording.release_frees()
     run_deferred()
 
 

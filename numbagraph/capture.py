@@ -31,7 +31,8 @@ from .errors import (
 )
 from .graph import CapturedGraph
 
-__all__ = ["capture", "begin_capture", "end_capture", "is_capturing", "CAPTURE_MODES"]
+__all__ = ["capture", "begin_capture", "end_capture", "abort_capture", "is_capturing",
+           "CAPTURE_MODES"]
 
 CAPTURE_MODES = ("global", "thread_local", "relaxed")
 
@@ -63,12 +64,15 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
             "forbids it. Create a stream with cuda.stream(), launch the work "
             "on it and capture that stream"
         )
+    _registry.forget_orphans()
     _registry.run_deferred()
     with _registry.lock:
         existing = sessions.get(handle)
         if existing is None:
             if _backend.is_capturing(handle):
+                reason = _registry.take_ended(handle)
                 raise CaptureStateError(
+                    f"{stream!r} is already capturing: {reason}" if reason else
                     f"{stream!r} is already capturing, in a capture begun outside "
                     "numbagraph; end that capture before beginning one here"
                 )
@@ -107,7 +111,7 @@ def _session_to_end(stream: Any) -> _registry.Session:
             f"{stream!r} is not capturing: call ng.begin_capture(stream) first, "
             "or use `with ng.capture(stream) as cap:`"
         )
-    if session.mode != "relaxed" and session.thread != threading.get_ident():
+    if session.mode != "relaxed" and session.thread is not threading.current_thread():
         error = CaptureStateError(
             f"the capture on {stream!r} was begun by another thread in mode "
             f"{session.mode!r}, and CUDA lets only that thread end it "
@@ -150,12 +154,34 @@ def end_capture(stream: Any) -> CapturedGraph:
 
 
 def abort_capture(stream: Any) -> None:
-    """End the capture on ``stream`` and discard what it recorded."""
+    """End the capture on ``stream`` and discard what it recorded: no graph
+    is made, and the stream is usable at once. What the ``with ng.capture``
+    block does when its body raises.
+
+    Raises CaptureStateError when the stream is not capturing, or when
+    another thread began the capture in mode "thread_local" or "global"
+    (CUDA lets only that thread end it); the capture is left as it was.
+
+    Example::
+
+        ng.begin_capture(s)
+        try:
+            step[4, 256, s](x, pos)
+        except Exception:
+            ng.abort_capture(s)
+            raise
+    """
     handle = _backend.stream_handle(stream)
     session = sessions.get(handle)
     if session is None:
         _registry.take_ended(handle)
         raise CaptureStateError(f"{stream!r} is not capturing")
+    if session.mode != "relaxed" and session.thread is not threading.current_thread():
+        raise CaptureStateError(
+            f"the capture on {stream!r} was begun by another thread in mode "
+            f"{session.mode!r}, and CUDA lets only that thread end it; abort it "
+            "there, or capture with mode='relaxed'. The capture goes on"
+        )
     _registry.discard(session)
 
 

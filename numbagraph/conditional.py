@@ -157,8 +157,8 @@ def _session_for(stream: Any, what: str) -> Any:
                 "`with ng.capture(stream):`"
             )
         return session
-    here = threading.get_ident()
-    sessions = [s for s in _registry.active() if s.thread == here]
+    here = threading.current_thread()
+    sessions = [s for s in _registry.active() if s.thread is here]
     if len(sessions) == 1:
         return sessions[0]
     if not sessions:

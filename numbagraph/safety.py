@@ -70,10 +70,11 @@ _sessions = _registry.sessions
 
 def _thread_blockers() -> list:
     """The captures that forbid this thread a "potentially unsafe" call."""
-    me = threading.get_ident()
+    _registry.forget_orphans()
+    me = threading.current_thread()
     return [
         s for s in _registry.active()
-        if s.mode == "global" or (s.mode == "thread_local" and s.thread == me)
+        if s.mode == "global" or (s.mode == "thread_local" and s.thread is me)
     ]
 
 
@@ -95,8 +96,8 @@ def _streams(blockers: list) -> str:
 
 
 def _mode_clause(blockers: list) -> str:
-    me = threading.get_ident()
-    if any(s.thread != me for s in blockers):
+    me = threading.current_thread()
+    if any(s.thread is not me for s in blockers):
         return "while any thread captures in mode 'global'"
     return "on a thread that captures in mode 'thread_local' or 'global'"
 

@@ -189,3 +189,64 @@ def test_a_refused_capture_keeps_its_reason_without_its_frames(stream):
     assert reasons and reasons[-1].__traceback__ is None
     with pytest.raises(ng.CaptureInvalidatedError, match="synchronize"):
         ng.end_capture(stream)
+
+
+def _begin_on_a_thread_that_ends(stream, mode, x, one, kernel):
+    import threading
+
+    def orphan():
+        ng.begin_capture(stream, mode=mode)
+        kernel[1, 32, stream](x, one)
+
+    worker = threading.Thread(target=orphan)
+    worker.start()
+    worker.join()
+
+
+@pytest.mark.parametrize("mode", ["thread_local", "relaxed"])
+def test_a_capture_whose_thread_ended_holds_nothing_forever(stream, mode, kernels, warm_add):
+    import gc
+    import weakref
+
+    from numbagraph import _registry
+
+    orphaned = cuda.stream()
+    x, one = warm_add
+    held = device_zeros(32)
+    held_ref = weakref.ref(held)
+    _begin_on_a_thread_that_ends(orphaned, mode, held, one, kernels.add)
+    del held
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+    graph_ref = weakref.ref(cap.graph)
+    cap.graph.close()
+    del cap
+    gc.collect()
+    assert graph_ref() is None and held_ref() is None
+    assert not [s for s in _registry.active() if s.handle == int(orphaned.handle)]
+    assert not _registry._deferred, "releases still wait for the dead thread's capture"
+
+
+def test_abort_capture_is_public_and_leaves_the_stream_usable(stream, kernels, warm_add):
+    x, one = warm_add
+    ng.begin_capture(stream)
+    kernels.add[1, 32, stream](x, one)
+    ng.abort_capture(stream)
+    assert not ng.is_capturing(stream)
+    kernels.add[1, 32, stream](x, one)
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+    with pytest.raises(ng.CaptureStateError, match="not capturing"):
+        ng.abort_capture(stream)
+
+
+def test_another_thread_may_not_abort_a_strict_capture(stream):
+    import threading
+
+    ng.begin_capture(stream)
+    refused = []
+    worker = threading.Thread(target=lambda: refused.append(
+        pytest.raises(ng.CaptureStateError, ng.abort_capture, stream)))
+    worker.start()
+    worker.join()
+    assert refused and ng.is_capturing(stream)
+    ng.abort_capture(stream)
