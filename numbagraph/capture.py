@@ -134,8 +134,10 @@ def end_capture(stream: Any) -> CapturedGraph:
     session = _session_to_end(stream)
     try:
         # CUDA refuses to instantiate while another capture is active; the
-        # graph then instantiates on first use.
-        executable = session.recording.finish(instantiate=len(sessions) == 1)
+        # graph then instantiates on first use. The lock keeps another
+        # thread from beginning a capture between the count and the end.
+        with _registry.lock:
+            executable = session.recording.finish(instantiate=len(sessions) == 1)
     except Exception as exc:
         # The backend ended (and discarded) the capture before raising.
         session.keepalive = []
