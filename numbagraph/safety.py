@@ -309,12 +309,16 @@ def _selects_element(array: Any, item: Any) -> bool:
 
 
 def _check_getitem(self: Any, item: Any, stream: Any = 0) -> None:
+    if _backend.in_kernel():
+        return  # indexing on the device
     if _selects_element(self, item):
         _check_device_to_host("reading an element of a device array (x[i])",
                               _array_handle(self, stream))
 
 
 def _check_setitem(self: Any, key: Any, value: Any, stream: Any = 0) -> None:
+    if _backend.in_kernel():
+        return  # indexing on the device
     handle = _array_handle(self, stream)
     operation = "assigning into a device array (x[...] = value)"
     if not _is_device(value):

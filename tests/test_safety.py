@@ -654,3 +654,40 @@ def _assert_new_capture_works(env):
         env.add[1, 32, env.s](env.x, env.one)
     cap.graph.launch()
     np.testing.assert_array_equal(env.x.copy_to_host(stream=env.s), 1.0)
+
+
+def test_a_kernel_on_another_stream_indexes_arrays_of_the_capturing_stream(
+        stream, other_stream, kernels):
+    x = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=other_stream)
+    kernels.add[1, 32, other_stream](x, one)
+    with ng.capture(stream):
+        kernels.add[1, 32, other_stream](x, one)  # runs now, on other_stream
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(stream=other_stream), 2.0)
+
+
+def test_a_graph_replays_on_another_thread_during_a_global_capture(stream, other_stream,
+                                                                    kernels):
+    import threading
+
+    x = cuda.to_device(np.zeros(32, np.float32), stream=other_stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=other_stream)
+    kernels.add[1, 32, other_stream](x, one)
+    with ng.capture(other_stream) as cap:
+        kernels.add[1, 32, other_stream](x, one)
+    errors = []
+
+    def replay():
+        try:
+            cap.graph.launch()
+        except Exception as exc:  # noqa: BLE001  reported below
+            errors.append(exc)
+
+    with ng.capture(stream, mode="global"):
+        worker = threading.Thread(target=replay)
+        worker.start()
+        worker.join()
+    assert not errors
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(stream=other_stream), 2.0)

@@ -213,6 +213,11 @@ EVENT_TYPE = _numba_driver.Event
 _NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
 
 
+def in_kernel() -> bool:
+    """Kernels run on the GPU: Python code never runs inside one."""
+    return False
+
+
 def joins_legacy_stream(handle: int) -> bool:
     """Whether work on the legacy default stream waits on this stream (it
     was not created non-blocking)."""

@@ -136,6 +136,11 @@ class Backend(Protocol):
     def joins_legacy_stream(self, handle: int) -> bool:
         """Whether work on the legacy default stream waits on this stream."""
 
+    def in_kernel(self) -> bool:
+        """Whether the caller runs inside a kernel, where indexing a device
+        array reads device memory, not the host's (the simulator runs
+        kernels as Python threads; host code on the driver never does)."""
+
     # ------------------------------------------------------------ capture
 
     Recording: ClassVar[type[Recording]]

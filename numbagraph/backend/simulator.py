@@ -23,7 +23,7 @@ from numba import cuda
 from numba.cuda.simulator import api as _sim_api
 from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
 from numba.cuda.simulator import kernelapi as _sim_kernelapi
-from numba.cuda.simulator.kernel import FakeCUDAKernel
+from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
@@ -177,6 +177,11 @@ _copy_to_device = _FakeArray.copy_to_device
 DEVICE_ARRAY_TYPES = (_FakeArray,)
 STREAM_TYPE = _Stream
 EVENT_TYPE = _sim_api.Event
+
+
+def in_kernel() -> bool:
+    """Simulated kernels run each thread of a block as a Python thread."""
+    return isinstance(threading.current_thread(), BlockThread)
 
 
 def joins_legacy_stream(handle: int) -> bool:
