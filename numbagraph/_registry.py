@@ -132,9 +132,12 @@ def discard(session: Session) -> None:
         remove(session)
 
 
-def take_ended(handle: int) -> BaseException | None:
-    """The refused operation that ended the last capture on the stream, if
-    that is why it has none now; forgotten once taken."""
+def take_ended(handle: int, *, locked: bool = False) -> BaseException | None:
+    """Why the last capture on the stream ended, if a refused operation (or
+    its thread's end) ended it; forgotten once taken. ``locked``: the
+    caller holds :data:`lock`."""
+    if locked:
+        return _ended.pop(handle, None)
     with lock:
         return _ended.pop(handle, None)
 
@@ -218,33 +221,46 @@ def release_when_idle(free: Callable[[], None]) -> None:
 
 
 _ORPHANED = (
-    "the thread that began the capture on {stream} ended without ending it. "
-    "numbagraph forgot the capture and released what it held; CUDA lets no "
-    "other thread end a capture begun in mode 'thread_local' or 'global', so "
-    "on the GPU that stream may still capture: use another stream"
+    "the thread that began the capture on {stream} ended without ending it, "
+    "in mode 'thread_local', which CUDA lets no other thread end. numbagraph "
+    "forgot the capture and released what it held; the stream still captures "
+    "until it is destroyed: use another stream"
 )
+
+# Recordings of captures that no thread may end: kept, never closed, since
+# closing one destroys the graph a stream still captures into.
+_stranded: list[Any] = []
 
 
 def forget_orphans() -> None:
-    """Forget the captures whose thread ended without ending them: release
-    what they hold and end them where CUDA allows (mode "relaxed"), so that
-    deferred releases and numba's frees are not held forever. Never blocks."""
-    orphans = [s for s in list(sessions.values()) if not s.thread.is_alive()]
+    """Forget the captures whose thread ended without ending them, so that
+    deferred releases and numba's frees are not held forever. A "relaxed"
+    capture is ended; a "thread_local" one, which CUDA lets no other thread
+    end, is left capturing on its stream, holding nothing; a "global" one
+    stays, since CUDA forbids frees on every thread while it lives. Never
+    blocks."""
+    orphans = [s for s in list(sessions.values())
+               if s.mode != "global" and not s.thread.is_alive()]
     if not orphans or not lock.acquire(blocking=False):
         return
     try:
         orphans = [s for s in orphans if sessions.get(s.handle) is s]
         for session in orphans:
             del sessions[session.handle]
-            _remember_ended(session.handle, CaptureInvalidatedError(
-                _ORPHANED.format(stream=repr(session.stream))))
+            if session.mode == "thread_local":
+                _remember_ended(session.handle, CaptureInvalidatedError(
+                    _ORPHANED.format(stream=repr(session.stream))))
     finally:
         lock.release()
     for session in orphans:
-        try:
-            session.recording.abort()
-        except Exception:  # noqa: BLE001  CUDA may refuse another thread's end
-            pass
+        if session.mode == "relaxed":
+            try:
+                session.recording.abort()
+            except Exception:  # noqa: BLE001  the stream ends capturing either way
+                pass
+        else:
+            session.recording.strand()
+            _stranded.append(session.recording)
         session.keepalive = []
         session.recording.release_frees()
     run_deferred()

@@ -70,7 +70,7 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         existing = sessions.get(handle)
         if existing is None:
             if _backend.is_capturing(handle):
-                reason = _registry.take_ended(handle)
+                reason = _registry.take_ended(handle, locked=True)
                 raise CaptureStateError(
                     f"{stream!r} is already capturing: {reason}" if reason else
                     f"{stream!r} is already capturing, in a capture begun outside "

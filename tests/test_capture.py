@@ -224,6 +224,12 @@ def test_a_capture_whose_thread_ended_holds_nothing_forever(stream, mode, kernel
     gc.collect()
     assert graph_ref() is None and held_ref() is None
     assert not [s for s in _registry.active() if s.handle == int(orphaned.handle)]
+    # CUDA lets no other thread end a "thread_local" capture: its stream
+    # goes on capturing, and a new capture there says why.
+    assert ng.is_capturing(orphaned) == (mode == "thread_local")
+    if mode == "thread_local":
+        with pytest.raises(ng.CaptureStateError, match="ended without ending it"):
+            ng.begin_capture(orphaned)
     assert not _registry._deferred, "releases still wait for the dead thread's capture"
 
 

@@ -84,6 +84,11 @@ class Recording:
         if release is not None:
             release()
 
+    def strand(self) -> None:
+        """The graph being built holds device pointers, not Python objects:
+        nothing to drop. The builder is kept open, since closing it would
+        destroy the graph the stream still captures into."""
+
     def finish(self, instantiate: bool = True) -> "Executable":
         """End the capture. With ``instantiate=False`` the graph is
         instantiated on first use instead: CUDA refuses to instantiate while

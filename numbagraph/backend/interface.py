@@ -78,6 +78,10 @@ class Recording(Protocol):
     def release_frees(self) -> None:
         """Let numba free again; calling it again does nothing."""
 
+    def strand(self) -> None:
+        """Drop what the host holds of the recorded work without ending the
+        capture, for a capture that no thread may end any more."""
+
 
 class Executable(Protocol):
     """A captured graph, instantiated on first use if not already."""

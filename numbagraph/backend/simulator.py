@@ -125,6 +125,12 @@ class Recording:
         self._stop()
         self.nodes = []
 
+    def strand(self) -> None:
+        """Recorded calls hold the arrays they run on: drop them (the stream
+        still counts as capturing, as on the GPU)."""
+        self.nodes = []
+        self.prologue = []
+
     def release_frees(self) -> None:
         """Nothing to release: the simulator frees nothing through a driver,
         so it never holds frees back."""
