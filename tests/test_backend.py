@@ -123,3 +123,21 @@ def test_a_backend_lacking_a_member_fails_at_import_with_its_name():
     partial.NAME = "partial"
     with pytest.raises(ImportError, match="stream_handle"):
         interface.bind("partial", partial)
+
+
+def test_simulator_asked_for_after_numba_chose_the_driver_says_what_to_do():
+    done = _python("from numba import cuda; import numbagraph", NUMBAGRAPH_BACKEND="simulator",
+                   NUMBA_ENABLE_CUDASIM="0")
+    assert done.returncode != 0
+    assert "import numbagraph before numba.cuda" in done.stderr
+
+
+def test_numba_first_on_a_machine_without_a_device_says_what_to_do():
+    probe = _python("from numbagraph.backend import _cuda_device_present as p; print(p())",
+                    NUMBAGRAPH_BACKEND="simulator")
+    if probe.stdout.strip() == "True":
+        pytest.skip("a CUDA device answers here: numba's driver choice works")
+    done = _python("from numba import cuda; import numbagraph")
+    assert done.returncode != 0
+    assert "no CUDA device answers" in done.stderr
+    assert "NUMBA_ENABLE_CUDASIM=1" in done.stderr

@@ -47,6 +47,38 @@ def _cuda_device_present() -> bool:
         return False
 
 
+def _check_numba_choice(wanted: str) -> None:
+    """Follow the backend numba.cuda chose when it was imported first, or say
+    exactly why that cannot work."""
+    from numba.cuda.core import config
+
+    simulated = bool(config.ENABLE_CUDASIM)
+    fix = (
+        "import numbagraph before numba.cuda (numbagraph then picks the backend), "
+        "or set NUMBA_ENABLE_CUDASIM=1 (or NUMBAGRAPH_BACKEND=simulator) before "
+        "Python starts"
+    )
+    if wanted == "simulator" and not simulated:
+        raise ImportError(
+            "NUMBAGRAPH_BACKEND=simulator cannot take effect: numba.cuda was "
+            "imported before numbagraph and chose the CUDA driver. To use the "
+            "simulator, import numbagraph before numba.cuda, or set "
+            "NUMBA_ENABLE_CUDASIM=1 before Python starts"
+        )
+    if wanted == "cuda" and simulated:
+        raise ImportError(
+            "NUMBAGRAPH_BACKEND=cuda cannot take effect: numba.cuda was imported "
+            "before numbagraph with NUMBA_ENABLE_CUDASIM=1 and runs its simulator; "
+            "unset NUMBA_ENABLE_CUDASIM before Python starts"
+        )
+    if not simulated and not _cuda_device_present():
+        raise ImportError(
+            "numba.cuda was imported before numbagraph and chose the CUDA driver, "
+            "but no CUDA device answers on this machine, so nothing could run. "
+            f"To run on Numba's CUDA simulator instead, {fix}"
+        )
+
+
 def _select() -> None:
     wanted = os.environ.get("NUMBAGRAPH_BACKEND", "auto").strip().lower() or "auto"
     if wanted not in _CHOICES:
@@ -55,7 +87,8 @@ def _select() -> None:
             f"use one of {', '.join(_CHOICES)}"
         )
     if "numba.cuda" in sys.modules:
-        return  # numba.cuda read its configuration already; follow it
+        _check_numba_choice(wanted)  # numba.cuda read its configuration already
+        return
     if wanted == "simulator":
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     elif wanted == "cuda":
