@@ -1,9 +1,9 @@
 """The captures in progress: one home for the state every module reads.
 
 Plain data and the few functions that change it. ``capture`` adds and ends
-captures; ``safety``, ``graph``, ``scalar``, ``conditional``, ``alloc`` and
-``ops`` read them. Nothing here checks a rule or raises for one: that is
-:mod:`numbagraph.safety`.
+captures, ``safety`` ends those a refused operation breaks; ``graph``,
+``scalar``, ``conditional``, ``alloc`` and ``ops`` read them. Nothing here
+decides a capture rule: that is :mod:`numbagraph.safety`.
 
 How to ask:
 
@@ -23,7 +23,7 @@ from .errors import CaptureInvalidatedError
 
 __all__ = [
     "LEGACY_DEFAULT_HANDLES", "Session", "sessions", "lock", "active", "add",
-    "remove", "discard", "invalidate", "consequence", "raise_if_invalidated",
+    "claim", "ended", "discard", "invalidate", "consequence", "raise_if_invalidated",
     "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
     "register_device_wrapper",
 ]
@@ -113,23 +113,35 @@ def add(stream: Any, handle: int, mode: str) -> Session:
     return session
 
 
-def remove(session: Session) -> None:
-    """Forget a session whose backend capture has ended."""
-    with lock:
-        if sessions.get(session.handle) is session:
-            del sessions[session.handle]
+def claim(session: Session) -> bool:
+    """Take the session out of the captures in progress, so that this caller
+    alone ends it; False when another has already. Call with :data:`lock`
+    held."""
+    if sessions.get(session.handle) is not session:
+        return False
+    del sessions[session.handle]
+    return True
+
+
+def ended(session: Session) -> None:
+    """What follows a claimed session's end: numba frees again, and the
+    releases waiting for no capture run if none is left."""
     session.recording.release_frees()
     if not sessions:
         run_deferred()
 
 
 def discard(session: Session) -> None:
-    """End a session's capture and drop what it recorded."""
+    """End a session's capture and drop what it recorded, unless another
+    caller ends it already."""
+    with lock:
+        if not claim(session):
+            return
     try:
         session.recording.abort()
     finally:
         session.keepalive = []
-        remove(session)
+        ended(session)
 
 
 def take_ended(handle: int, *, locked: bool = False) -> BaseException | None:
@@ -220,12 +232,18 @@ def release_when_idle(free: Callable[[], None]) -> None:
     run_deferred()
 
 
-_ORPHANED = (
-    "the thread that began the capture on {stream} ended without ending it, "
-    "in mode 'thread_local', which CUDA lets no other thread end. numbagraph "
-    "forgot the capture and released what it held; the stream still captures "
-    "until it is destroyed: use another stream"
-)
+_ORPHANED = {
+    "thread_local": (
+        "the thread that began the capture on {stream} ended without ending "
+        "it, in mode 'thread_local', which CUDA lets no other thread end. "
+        "numbagraph forgot the capture and released what it held; the stream "
+        "still captures until it is destroyed: use another stream"
+    ),
+    "relaxed": (
+        "the thread that began the capture on {stream} ended without ending "
+        "it; numbagraph ends it once no other capture runs"
+    ),
+}
 
 # Recordings of captures that no thread may end: kept, never closed, since
 # closing one destroys the graph a stream still captures into.
@@ -247,17 +265,14 @@ def forget_orphans() -> None:
         orphans = [s for s in orphans if sessions.get(s.handle) is s]
         for session in orphans:
             del sessions[session.handle]
-            if session.mode == "thread_local":
-                _remember_ended(session.handle, CaptureInvalidatedError(
-                    _ORPHANED.format(stream=repr(session.stream))))
+            _remember_ended(session.handle, CaptureInvalidatedError(
+                _ORPHANED[session.mode].format(stream=repr(session.stream))))
     finally:
         lock.release()
     for session in orphans:
         if session.mode == "relaxed":
-            try:
-                session.recording.abort()
-            except Exception:  # noqa: BLE001  the stream ends capturing either way
-                pass
+            # Ending it destroys its graph, which waits for no capture to run.
+            _deferred.append(session.recording.abort)
         else:
             session.recording.strand()
             _stranded.append(session.recording)

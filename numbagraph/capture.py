@@ -132,26 +132,38 @@ def end_capture(stream: Any) -> CapturedGraph:
     during the capture ended it.
     """
     session = _session_to_end(stream)
-    try:
-        # CUDA refuses to instantiate while another capture is active; the
-        # graph then instantiates on first use. The lock keeps another
-        # thread from beginning a capture between the count and the end.
-        with _registry.lock:
-            executable = session.recording.finish(instantiate=len(sessions) == 1)
-    except Exception as exc:
+    # Under the lock, this thread alone ends the capture (a "relaxed" one may
+    # be aborted from any thread), and no capture begins between the count
+    # below and the end.
+    with _registry.lock:
+        if not _registry.claim(session):
+            raise CaptureStateError(
+                f"the capture on {stream!r} was ended by another thread while "
+                "this one ended it; there is no graph"
+            )
+        try:
+            # CUDA refuses to instantiate while another capture is active;
+            # the graph then instantiates on first use.
+            executable = session.recording.finish(instantiate=not sessions)
+        except Exception as exc:
+            failure = exc
+        else:
+            failure = None
+    if failure is not None:
         # The backend ended (and discarded) the capture before raising.
+        exc = failure
         session.keepalive = []
-        _registry.remove(session)
+        _registry.ended(session)
         translated = translate_driver_error(exc, repr(stream))
         if translated is not None:
             raise translated from exc
         if isinstance(exc, NumbagraphError):
-            raise
+            raise exc
         raise CaptureError(
             f"the capture on {stream!r} failed and was discarded: {exc}. "
             "The stream is usable and a new capture may begin"
         ) from exc
-    _registry.remove(session)
+    _registry.ended(session)
     return CapturedGraph(executable, session.stream, session.handle, session.keepalive)
 
 

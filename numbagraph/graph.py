@@ -137,8 +137,10 @@ class CapturedGraph:
                 "from the same sequence of kernels and launch configurations; "
                 "capture a new graph instead"
             ) from exc
-        # The graph now runs other's arguments, and only those.
-        self._res.keepalive = list(other._res.keepalive)
+        # The graph now runs other's arguments, and only those; the old ones
+        # are dropped as a closed graph's are, once no capture runs.
+        superseded, self._res.keepalive = self._res.keepalive, list(other._res.keepalive)
+        release_when_idle(superseded.clear)
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

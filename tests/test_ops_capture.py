@@ -240,16 +240,27 @@ def test_every_allocation_follows_one_rule_in_a_strict_capture(stream, allocate,
 
 
 @pytest.mark.parametrize("allocate", ["ng.empty", "ng.zeros", "cuda.device_array"])
-def test_every_allocation_runs_at_once_in_a_relaxed_capture(stream, allocate):
-    calls = {**ALLOCATIONS, "ng.zeros": lambda s: ng.zeros(N, np.float32, stream=s)}
+def test_every_allocation_runs_at_once_in_a_relaxed_capture(stream, other_stream, allocate):
+    calls = {**ALLOCATIONS, "ng.zeros": lambda s: ng.zeros(N, np.float32, stream=other_stream)}
     x = cuda.to_device(host(N))
     ng.add_into(x, 1.0, x, stream=stream)
     with ng.capture(stream, mode="relaxed") as cap:
         made = calls[allocate](stream)
         ng.add_into(x, 1.0, x, stream=stream)
     assert made.size == N
-    # ng.zeros's fill is work on the capturing stream: recorded, as any other.
-    assert cap.graph.num_nodes == (2 if allocate == "ng.zeros" else 1)
+    assert cap.graph.num_nodes == 1
+    if allocate == "ng.zeros":
+        np.testing.assert_array_equal(made.copy_to_host(stream=other_stream), 0.0)
+
+
+def test_zeros_on_the_capturing_stream_is_refused_and_the_capture_goes_on(stream):
+    x = cuda.to_device(host(N))
+    ng.add_into(x, 1.0, x, stream=stream)
+    with ng.capture(stream, mode="relaxed") as cap:
+        with pytest.raises(ng.OpError, match="fill_into"):
+            ng.zeros(N, np.float32, stream=stream)
+        ng.add_into(x, 1.0, x, stream=stream)
+    assert cap.graph.num_nodes == 1
 
 
 def test_reduction_scratch_follows_the_allocation_rule(stream, other_stream):

@@ -388,6 +388,10 @@ def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) ->
         check("cuMemsetD32Async", cu.cuMemsetD32Async(ptr + 4 * i, word, 1, handle))
 
 
+def device_pointer(dev: Any) -> int:
+    return dev.device_ctypes_pointer.value or 0
+
+
 def array_interface(dev: Any) -> dict:
     return dict(dev.__cuda_array_interface__, stream=None)
 

@@ -180,6 +180,9 @@ class Backend(Protocol):
         """Record "set the scalar to ``value``" into the stream's capture,
         with nothing on the host that must outlive the call."""
 
+    def device_pointer(self, dev: Any) -> int:
+        """The address of a device array's first element (0 when empty)."""
+
     def array_interface(self, dev: Any) -> dict:
         """``__cuda_array_interface__`` of a device array, naming no stream."""
 

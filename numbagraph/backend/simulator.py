@@ -243,6 +243,10 @@ def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) ->
     _recordings[handle].nodes.append(functools.partial(_copy_to_device, dev, held))
 
 
+def device_pointer(dev: Any) -> int:
+    return dev._ary.ctypes.data
+
+
 def array_interface(dev: Any) -> dict:
     host = dev._ary
     return {

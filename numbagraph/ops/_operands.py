@@ -188,7 +188,7 @@ def row_view(shape: tuple) -> tuple[int, int]:
 
 
 def _extent(dev: Any) -> tuple[int, int]:
-    start = _backend.array_interface(dev)["data"][0] or 0
+    start = _backend.device_pointer(dev)
     return start, start + dev.size * dev.dtype.itemsize
 
 
@@ -207,12 +207,17 @@ def check_in_place(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None
     the thread that reads the same element of such an input, so exact
     aliasing computes in place, but a shifted or broadcast view would be
     read after other threads wrote it."""
-    out_extent = _extent(out)
+    if out.size == 0:
+        return
+    out_lo, out_hi = _extent(out)
     for what, dev in inputs:
-        if dev is None or not overlaps(out, dev):
+        if dev is None or dev.size == 0:
             continue
-        if _extent(dev) == out_extent and tuple(dev.shape) == tuple(out.shape):
-            continue
+        lo, hi = _extent(dev)
+        if hi <= out_lo or out_hi <= lo:
+            continue  # disjoint
+        if (lo, hi) == (out_lo, out_hi) and tuple(dev.shape) == tuple(out.shape):
+            continue  # out itself
         raise OpError(
             f"{what} of {op} shares memory with out without being out itself "
             f"({what} has shape {tuple(dev.shape)}, out {tuple(out.shape)}): threads "
