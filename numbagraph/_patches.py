@@ -29,9 +29,9 @@ from .backend.interface import Patch
 
 __all__ = ["Patch", "table", "install", "installed"]
 
-# (id(owner), name) -> [(row, what it replaced, its replacement)], in the
-# order installed: what install() changed, for installed() and a second call.
-_made: dict[tuple[int, str], list[tuple[Patch, Any, Any]]] = {}
+# (id(owner), name) -> [(row, its replacement)], in the order installed: what
+# install() changed, for installed() and a second call.
+_made: dict[tuple[int, str], list[tuple[Patch, Any]]] = {}
 
 
 def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -108,7 +108,7 @@ def installed() -> list[tuple[Patch, bool]]:
         k = position[key] = position.get(key, -1) + 1
         made = _made.get(key, [])
         result.append((row, k < len(made) and made[k][0].target == row.target
-                       and _current(row.owner, row.name) is made[-1][2]))
+                       and _current(row.owner, row.name) is made[-1][1]))
     return result
 
 
@@ -131,8 +131,7 @@ def install() -> None:
             )
         made = []
         for row in rows:
-            replacement = row.make(current)
-            made.append((row, current, replacement))
-            current = replacement
+            current = row.make(current)
+            made.append((row, current))
         setattr(owner, name, current)
         _made[key] = made

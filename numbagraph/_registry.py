@@ -68,6 +68,12 @@ class Session:
         return self._joins_legacy
 
     @property
+    def may_end_here(self) -> bool:
+        """Whether this thread may end the capture: CUDA lets only the thread
+        that began a "thread_local" or "global" capture end it."""
+        return self.mode == "relaxed" or self.thread is threading.current_thread()
+
+    @property
     def current(self) -> bool:
         """Whether this capture is still in progress."""
         return sessions.get(self.handle) is self
@@ -203,8 +209,8 @@ def raise_if_invalidated(session: Session) -> None:
     failure = session.failure
     if failure is None:
         return
-    if session.mode != "relaxed" and session.thread is not threading.current_thread():
-        return  # only the owning thread may end it
+    if not session.may_end_here:
+        return
     with lock:
         current = session.current
     if current:
@@ -262,9 +268,8 @@ def forget_orphans() -> None:
     if not orphans or not lock.acquire(blocking=False):
         return
     try:
-        orphans = [s for s in orphans if sessions.get(s.handle) is s]
+        orphans = [s for s in orphans if claim(s)]
         for session in orphans:
-            del sessions[session.handle]
             _remember_ended(session.handle, CaptureInvalidatedError(
                 _ORPHANED[session.mode].format(stream=repr(session.stream))))
     finally:
@@ -277,8 +282,7 @@ def forget_orphans() -> None:
             session.recording.strand()
             _stranded.append(session.recording)
         session.keepalive = []
-        session.recording.release_frees()
-    run_deferred()
+        ended(session)
 
 
 def run_deferred() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ._registry import LEGACY_DEFAULT_HANDLES, sessions
 from .backend import active as _backend
+from .capture import is_capturing
 from .errors import OpError
 from .safety import guard_allocation, guard_legacy_work
 
@@ -52,8 +52,7 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """
     shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
     guard_allocation("ng.zeros()", handle)
-    if handle not in LEGACY_DEFAULT_HANDLES and (handle in sessions
-                                                 or _backend.is_capturing(handle)):
+    if is_capturing(handle):
         raise OpError(
             f"ng.zeros(stream={stream!r}) cannot fill the array now: the stream "
             "captures, so the fill would be recorded into the graph instead of "

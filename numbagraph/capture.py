@@ -16,7 +16,6 @@ captures; :mod:`numbagraph._registry` holds the captures in progress.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from . import _registry
@@ -111,7 +110,7 @@ def _session_to_end(stream: Any) -> _registry.Session:
             f"{stream!r} is not capturing: call ng.begin_capture(stream) first, "
             "or use `with ng.capture(stream) as cap:`"
         )
-    if session.mode != "relaxed" and session.thread is not threading.current_thread():
+    if not session.may_end_here:
         error = CaptureStateError(
             f"the capture on {stream!r} was begun by another thread in mode "
             f"{session.mode!r}, and CUDA lets only that thread end it "
@@ -190,7 +189,7 @@ def abort_capture(stream: Any) -> None:
     if session is None:
         _registry.take_ended(handle)
         raise CaptureStateError(f"{stream!r} is not capturing")
-    if session.mode != "relaxed" and session.thread is not threading.current_thread():
+    if not session.may_end_here:
         raise CaptureStateError(
             f"the capture on {stream!r} was begun by another thread in mode "
             f"{session.mode!r}, and CUDA lets only that thread end it; abort it "

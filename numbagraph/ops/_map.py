@@ -124,11 +124,6 @@ def _rows_template(f: Callable) -> Callable:
     return kernel
 
 
-def _shaped(item: Operand) -> Any:
-    """The operand's device array in its own shape (operands hold it flat)."""
-    return item.array.reshape(item.shape) if item.shape else item.array
-
-
 def run(
     key: tuple,
     make_fn: Callable[[], Callable],
@@ -151,7 +146,7 @@ def run(
     for name, item in inputs:
         slots.append(item)
         strides.append(broadcast_strides(item, out_shape, name, op))
-    check_in_place(out, [(name, _shaped(item)) for name, item in inputs
+    check_in_place(out, [(name, item.array, item.shape) for name, item in inputs
                          if item.mode != VALUE], op)
     while len(slots) < 3:
         slots.append(Operand(VALUE, value=out.dtype.type(0), dtype=out.dtype))

@@ -201,26 +201,28 @@ def overlaps(a: Any, b: Any) -> bool:
     return a_lo < b_hi and b_lo < a_hi
 
 
-def check_in_place(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None:
+def check_in_place(out: Any, inputs: Sequence[tuple[str, Any, tuple]], op: str) -> None:
     """Refuse inputs that share memory with ``out`` without being ``out``
     itself (same memory, same shape): each element of ``out`` is written by
     the thread that reads the same element of such an input, so exact
     aliasing computes in place, but a shifted or broadcast view would be
-    read after other threads wrote it."""
+    read after other threads wrote it. ``inputs`` are (name, device array,
+    the shape it is read in): an op may hold an operand flat."""
     if out.size == 0:
         return
     out_lo, out_hi = _extent(out)
-    for what, dev in inputs:
+    out_shape = tuple(out.shape)
+    for what, dev, shape in inputs:
         if dev is None or dev.size == 0:
             continue
         lo, hi = _extent(dev)
         if hi <= out_lo or out_hi <= lo:
             continue  # disjoint
-        if (lo, hi) == (out_lo, out_hi) and tuple(dev.shape) == tuple(out.shape):
+        if (lo, hi) == (out_lo, out_hi) and tuple(shape) == out_shape:
             continue  # out itself
         raise OpError(
             f"{what} of {op} shares memory with out without being out itself "
-            f"({what} has shape {tuple(dev.shape)}, out {tuple(out.shape)}): threads "
+            f"({what} has shape {tuple(shape)}, out {out_shape}): threads "
             f"would read elements of {what} that others have already written. Pass "
             "out itself to compute in place, or an input in memory of its own"
         )

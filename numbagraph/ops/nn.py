@@ -121,7 +121,7 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
                 f"{what} of {op} must have shape ({cols},) and dtype {dtype}; got "
                 f"{tuple(p_dev.shape)} {p_dev.dtype}")
         params.append((p_dev, True))
-    check_in_place(out_dev, [("x", x_dev)], op)
+    check_in_place(out_dev, [("x", x_dev, x_dev.shape)], op)
     check_disjoint(out_dev, [(what, p if has else None)
                              for what, (p, has) in zip(("weight", "bias"), params)], op)
     if not isinstance(eps, (int, float, np.floating, np.integer)) or not eps >= 0:
