@@ -54,7 +54,7 @@ class Session:
         self.failure: BaseException | None = None
         self.events: weakref.WeakSet | None = None  # recorded inside; made on first use
         self._joins_legacy: bool | None = None
-        # Holds numba's frees until released by remove(): a free during a
+        # Holds numba's frees until released by ended(): a free during a
         # capture would break it.
         self.recording = _backend.Recording(handle, mode)
 
