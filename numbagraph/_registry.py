@@ -8,7 +8,8 @@ decides a capture rule: that is :mod:`numbagraph.safety`.
 How to ask:
 
 * is any capture in progress: ``if sessions:`` (hot paths read the dict);
-* the capture on a stream: ``sessions.get(handle)``;
+* the capture on a stream: :func:`on` (``sessions`` is keyed by
+  :func:`key_of`, which tells the threads' per-thread default streams apart);
 * every capture, on every thread: :func:`active`.
 """
 
@@ -18,11 +19,14 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable
 
+from .backend import PER_THREAD_HANDLE
 from .backend import active as _backend
+from .backend import capture_key as key_of
 from .errors import CaptureInvalidatedError
 
 __all__ = [
-    "LEGACY_DEFAULT_HANDLES", "Session", "sessions", "lock", "active", "add",
+    "LEGACY_DEFAULT_HANDLES", "PER_THREAD_HANDLE", "Session", "sessions", "lock", "key_of", "on",
+    "active", "add",
     "claim", "ended", "discard", "invalidate", "consequence", "raise_if_invalidated",
     "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
     "register_device_wrapper",
@@ -37,13 +41,14 @@ class Session:
     """A capture in progress: the backend recording plus what it must keep."""
 
     __slots__ = (
-        "stream", "handle", "mode", "recording", "keepalive", "thread",
+        "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
         "_joins_legacy", "failure", "events",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
         self.stream = stream
         self.handle = handle
+        self.key = key_of(handle)
         self.mode = mode
         self.keepalive: list = []
         # The Thread object, not its ident: idents are reused after a thread
@@ -76,34 +81,40 @@ class Session:
     @property
     def current(self) -> bool:
         """Whether this capture is still in progress."""
-        return sessions.get(self.handle) is self
+        return sessions.get(self.key) is self
 
     def keep(self, obj: Any) -> None:
         """Keep ``obj`` alive for as long as the graph lives."""
         self.keepalive.append(obj)
 
 
-sessions: dict[int, Session] = {}
-"""stream handle -> the capture in progress on it."""
+sessions: dict[Any, Session] = {}
+"""capture key (:func:`key_of`) -> the capture in progress on that stream."""
 lock = threading.Lock()
 """Held while a capture is added or removed, and while deferred releases run."""
 
-# handle -> the refused operation that ended the capture on that stream, so
+# capture key -> the refused operation that ended the capture on that stream, so
 # that end_capture can say why there is no graph. Kept without a traceback
 # (which would pin the frames it passed through), for the latest streams.
 _ended: dict[int, BaseException] = {}
 _ENDED_KEPT = 256
 
 
-def _remember_ended(handle: int, error: BaseException) -> None:
+def _remember_ended(key: Any, error: BaseException) -> None:
     try:
         reason = type(error)(*error.args)
     except Exception:  # noqa: BLE001  an exception type that takes other arguments
         reason = CaptureInvalidatedError(str(error))
-    _ended.pop(handle, None)
-    _ended[handle] = reason
+    _ended.pop(key, None)
+    _ended[key] = reason
     while len(_ended) > _ENDED_KEPT:
         del _ended[next(iter(_ended))]
+
+
+def on(handle: int) -> Session | None:
+    """The capture in progress on the stream ``handle``, as this thread sees
+    that stream."""
+    return sessions.get(key_of(handle))
 
 
 def active() -> list[Session]:
@@ -114,8 +125,9 @@ def active() -> list[Session]:
 def add(stream: Any, handle: int, mode: str) -> Session:
     """Begin a capture on the stream and register it; call with :data:`lock`
     held, once sure the stream has none."""
-    _ended.pop(handle, None)
-    session = sessions[handle] = Session(stream, handle, mode)
+    session = Session(stream, handle, mode)
+    _ended.pop(session.key, None)
+    sessions[session.key] = session
     return session
 
 
@@ -123,9 +135,9 @@ def claim(session: Session) -> bool:
     """Take the session out of the captures in progress, so that this caller
     alone ends it; False when another has already. Call with :data:`lock`
     held."""
-    if sessions.get(session.handle) is not session:
+    if sessions.get(session.key) is not session:
         return False
-    del sessions[session.handle]
+    del sessions[session.key]
     return True
 
 
@@ -154,10 +166,11 @@ def take_ended(handle: int, *, locked: bool = False) -> BaseException | None:
     """Why the last capture on the stream ended, if a refused operation (or
     its thread's end) ended it; forgotten once taken. ``locked``: the
     caller holds :data:`lock`."""
+    key = key_of(handle)
     if locked:
-        return _ended.pop(handle, None)
+        return _ended.pop(key, None)
     with lock:
-        return _ended.pop(handle, None)
+        return _ended.pop(key, None)
 
 
 def invalidate(ended: Iterable[Session], error: BaseException) -> None:
@@ -175,7 +188,7 @@ def invalidate(ended: Iterable[Session], error: BaseException) -> None:
             with lock:
                 current = session.current
                 if current:
-                    _remember_ended(session.handle, error)
+                    _remember_ended(session.key, error)
             if current:
                 discard(session)
         elif session.failure is None:
@@ -270,7 +283,7 @@ def forget_orphans() -> None:
     try:
         orphans = [s for s in orphans if claim(s)]
         for session in orphans:
-            _remember_ended(session.handle, CaptureInvalidatedError(
+            _remember_ended(session.key, CaptureInvalidatedError(
                 _ORPHANED[session.mode].format(stream=repr(session.stream))))
     finally:
         lock.release()

@@ -43,7 +43,7 @@ def is_capturing(stream: Any) -> bool:
         # It never captures, and asking the driver about it while another
         # stream captures is itself an error.
         return False
-    return handle in sessions or _backend.is_capturing(handle)
+    return _registry.on(handle) is not None or _backend.is_capturing(handle)
 
 
 def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
@@ -66,7 +66,7 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
     _registry.forget_orphans()
     _registry.run_deferred()
     with _registry.lock:
-        existing = sessions.get(handle)
+        existing = _registry.on(handle)
         if existing is None:
             if _backend.is_capturing(handle):
                 reason = _registry.take_ended(handle, locked=True)
@@ -97,7 +97,7 @@ def _session_to_end(stream: Any) -> _registry.Session:
     """The capture on ``stream`` that this thread may end, or the error that
     says why there is none."""
     handle = _backend.stream_handle(stream)
-    session = sessions.get(handle)
+    session = _registry.on(handle)
     if session is None:
         failure = _registry.take_ended(handle)
         if failure is not None:
@@ -185,7 +185,7 @@ def abort_capture(stream: Any) -> None:
             raise
     """
     handle = _backend.stream_handle(stream)
-    session = sessions.get(handle)
+    session = _registry.on(handle)
     if session is None:
         _registry.take_ended(handle)
         raise CaptureStateError(f"{stream!r} is not capturing")

@@ -112,8 +112,8 @@ class _Blocks:
     def _finish(self) -> None:
         """Run as the capture ends, before the graph is built."""
         session, self.session = self.session, None
-        if _by_handle.get(session.handle) is self:
-            del _by_handle[session.handle]
+        if _by_key.get(session.key) is self:
+            del _by_key[session.key]
         still_open = self.stack[1:]
         del self.stack[1:]
         for frame in reversed(still_open):
@@ -134,23 +134,24 @@ class _Blocks:
             )
 
 
-_by_handle: dict[int, _Blocks] = {}
+# capture key -> the blocks of the capture on that stream
+_by_key: dict[Any, _Blocks] = {}
 
 
 def _blocks_for(session: Any) -> _Blocks:
-    blocks = _by_handle.get(session.handle)
+    blocks = _by_key.get(session.key)
     if blocks is None or blocks.session is not session:
         # Drop the state of captures aborted since: it holds their sessions.
-        for handle, stale in list(_by_handle.items()):
+        for key, stale in list(_by_key.items()):
             if not stale.alive():
-                del _by_handle[handle]
-        blocks = _by_handle[session.handle] = _Blocks(session)
+                del _by_key[key]
+        blocks = _by_key[session.key] = _Blocks(session)
     return blocks
 
 
 def _session_for(stream: Any, what: str) -> Any:
     if stream is not None:
-        session = _registry.sessions.get(_backend.stream_handle(stream))
+        session = _registry.on(_backend.stream_handle(stream))
         if session is None:
             raise ConditionalError(
                 f"{stream!r} is not capturing: {what} only inside "

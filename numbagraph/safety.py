@@ -38,7 +38,9 @@ import numpy as np
 from numba.cuda.args import ArgHint
 
 from . import _registry
-from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, raise_if_invalidated
+from ._registry import (
+    LEGACY_DEFAULT_HANDLES, PER_THREAD_HANDLE, consequence, invalidate, key_of, raise_if_invalidated,
+)
 from .backend import active as _backend
 from .errors import (
     AllocationInCaptureError,
@@ -84,7 +86,7 @@ def _stream_blockers(handle: int | None) -> list:
         return []
     if handle in LEGACY_DEFAULT_HANDLES:
         return [s for s in _registry.active() if s.joins_legacy]
-    session = _sessions.get(handle)
+    session = _registry.on(handle)
     return [] if session is None else [session]
 
 
@@ -174,7 +176,7 @@ _ALLOCATION_INSTEAD = (
 # captures that forbid the allocation.
 
 def _foreign_capture(handle: int | None) -> bool:
-    return (handle is not None and not _is_legacy(handle) and handle not in _sessions
+    return (handle is not None and not _is_legacy(handle) and _registry.on(handle) is None
             and _backend.is_capturing(handle))
 
 
@@ -397,9 +399,9 @@ def _check_event_record(self: Any, stream: Any = 0) -> None:
 
 
 def _track_event_record(self: Any, stream: Any = 0) -> None:
-    handle = _handle(stream)
+    key = key_of(_handle(stream))
     for session in _registry.active():
-        if session.handle == handle:
+        if session.key == key:
             if session.events is None:
                 session.events = weakref.WeakSet()
             session.events.add(self)
@@ -411,7 +413,7 @@ def _check_event_wait(self: Any, stream: Any = 0) -> None:
     handle = _handle(stream)
     guard_legacy_work(handle, "event.wait() on the legacy default stream")
     owner = _recorded_in(self)
-    target = _sessions.get(handle) if handle is not None else None
+    target = _registry.on(handle) if handle is not None else None
     if owner is not None and owner is not target:
         _refuse(
             ForeignStreamInCaptureError, f"event.wait(stream={stream!r})", [owner],
@@ -458,7 +460,7 @@ def _kernel_name(kernel: Any) -> str:
 
 def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
     """Validate a kernel launch made while a capture is active."""
-    session = _sessions.get(handle)
+    session = _registry.on(handle)
     if session is not None and session.failure is not None:
         raise_if_invalidated(session)
     if _is_legacy(handle):
@@ -509,7 +511,7 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
         if kind in wrappers:
             wrapped = True
     if _sessions:
-        session = _sessions.get(handle)
+        session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
         if (check or handle in LEGACY_DEFAULT_HANDLES
                 or (session is not None and session.failure is not None)):
             _check_launch(handle, kernel, args)
@@ -550,7 +552,7 @@ def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) ->
         guard_legacy_work(handle, operation,
                           "pass stream=s, the capturing stream, to record the copy")
         return
-    session = _sessions.get(handle) if handle is not None else None
+    session = _registry.on(handle) if handle is not None else None
     if session is not None:
         raise_if_invalidated(session)
         session.keep((dst, src))
@@ -575,7 +577,7 @@ def guard_host_wait(handle: int, operation: str) -> None:
 def guard_graph_launch(handle: int, operation: str) -> None:
     """Refuse to launch (or upload) a graph on the stream ``handle`` where
     that breaks a capture. Call only while a capture is active."""
-    session = _sessions.get(handle)
+    session = _registry.on(handle)
     if session is not None:
         _refuse(
             UncapturableOperationError, f"{operation} on a capturing stream",

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from . import _registry
 from ._registry import register_device_wrapper
 from ._registry import sessions as _sessions
 from .backend import active as _backend
@@ -182,7 +183,7 @@ class DeviceScalar:
         if not _sessions:
             self._store(value)
             return
-        session = _sessions.get(self._handle)
+        session = _registry.on(self._handle)
         if session is None:
             guard_legacy_work(
                 self._handle, "DeviceScalar.update() on the legacy default stream"

@@ -286,3 +286,47 @@ def test_another_thread_may_not_abort_a_strict_capture(stream):
     worker.join()
     assert refused and ng.is_capturing(stream)
     ng.abort_capture(stream)
+
+
+@pytest.mark.parametrize("mode", ng.CAPTURE_MODES)
+def test_threads_capture_their_own_per_thread_default_streams_at_once(kernels, mode):
+    # One handle (CU_STREAM_PER_THREAD) names a different stream on each
+    # thread, and each may capture on its own.
+    import threading
+
+    together = threading.Barrier(2)
+    seen = {}
+
+    def work(launches):
+        try:
+            s = cuda.per_thread_default_stream()
+            # Not conftest's device_zeros: the simulator swaps the `cuda` of
+            # a kernel's module while the kernel runs, on every thread.
+            x = cuda.to_device(np.zeros(32, np.float32), stream=s)
+            one = ng.DeviceScalar(1.0, dtype=np.float32, stream=s)
+            kernels.add[1, 32, s](x, one)
+            s.synchronize()
+            together.wait(timeout=60)
+            with ng.capture(s, mode=mode) as cap:
+                together.wait(timeout=60)  # both threads capture now
+                for _ in range(launches):
+                    kernels.add[1, 32, s](x, one)
+                together.wait(timeout=60)
+            # Instantiation waits for no "global" capture to be active.
+            together.wait(timeout=60)
+            cap.graph.launch()
+            seen[launches] = x.copy_to_host(stream=s)
+            assert not ng.is_capturing(s)
+        except BaseException as exc:  # reported below, with the other thread's result
+            together.abort()
+            seen[launches] = exc
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (2, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for launches, result in seen.items():
+        assert not isinstance(result, BaseException), result
+        np.testing.assert_array_equal(result, 1.0 + launches)
+    assert len(seen) == 2

@@ -101,6 +101,7 @@ _select()
 
 from numba.cuda.core import config as _numba_config  # noqa: E402
 
+from ._streams import PER_THREAD_HANDLE, capture_key  # noqa: E402
 from .interface import Backend, bind  # noqa: E402
 
 if _numba_config.ENABLE_CUDASIM:
@@ -110,4 +111,4 @@ else:
 
 active: Backend = bind(_core.NAME, _core, _conditional, _ops)
 
-__all__ = ["active"]
+__all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Hashable
+
+PER_THREAD_HANDLE = 2
+"""CU_STREAM_PER_THREAD: one handle that names a different stream, the
+per-thread default stream, on every thread."""
+
+
+def capture_key(handle: int) -> Hashable:
+    """What a capture on the stream ``handle`` is known by: the handle, or
+    for the per-thread default stream the handle and the calling thread,
+    since each thread's per-thread default stream captures on its own."""
+    if handle == PER_THREAD_HANDLE:
+        return (handle, threading.current_thread())
+    return handle
 
 
 def stream_handle(stream: Any) -> int:

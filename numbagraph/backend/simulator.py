@@ -27,7 +27,7 @@ from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
-from ._streams import stream_handle  # noqa: F401  (a backend member)
+from ._streams import capture_key, stream_handle  # noqa: F401  (stream_handle: a backend member)
 from .interface import LaunchHook, Patch
 
 NAME = "simulator"
@@ -78,12 +78,13 @@ def synchronize(handle: int) -> None:
 
 # ---------------------------------------------------------------- capture
 
-_recordings: dict[int, "Recording"] = {}
+# capture key (see _streams.capture_key) -> the recording on that stream
+_recordings: dict[Any, "Recording"] = {}
 _recordings_lock = threading.Lock()
 
 
 def is_capturing(handle: int) -> bool:
-    return handle in _recordings
+    return capture_key(handle) in _recordings
 
 
 class Recording:
@@ -91,6 +92,7 @@ class Recording:
 
     def __init__(self, handle: int, mode: str):
         self.handle = handle
+        self._key = capture_key(handle)
         self.nodes: list[Callable[[], None]] = []
         # Calls run as every launch starts (condition defaults), and checks
         # that must pass before the capture may end.
@@ -99,12 +101,12 @@ class Recording:
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
         with _recordings_lock:
-            _recordings[handle] = self
+            _recordings[self._key] = self
 
     def _stop(self) -> None:
         with _recordings_lock:
-            if _recordings.get(self.handle) is self:
-                del _recordings[self.handle]
+            if _recordings.get(self._key) is self:
+                del _recordings[self._key]
 
     def finish(self, instantiate: bool = True) -> "Executable":
         try:
@@ -240,7 +242,7 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
 
 def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) -> None:
     held = np.array([value], np.dtype(dtype))
-    _recordings[handle].nodes.append(functools.partial(_copy_to_device, dev, held))
+    _recordings[capture_key(handle)].nodes.append(functools.partial(_copy_to_device, dev, held))
 
 
 def device_pointer(dev: Any) -> int:
@@ -330,7 +332,7 @@ def _configuring(on_launch: LaunchHook) -> Callable[[FakeCUDAKernel, tuple], _Co
 
 def _record_or_run(handle: int, call: Callable[[], None]) -> None:
     """Run ``call`` now, or record it when the stream is capturing."""
-    recording = _recordings.get(handle)
+    recording = _recordings.get(capture_key(handle))
     if recording is not None:
         recording.nodes.append(call)
     else:
