@@ -42,7 +42,7 @@ class Session:
 
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
-        "_joins_legacy", "failure", "events",
+        "_joins_legacy", "failure", "events", "restarts",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -57,7 +57,12 @@ class Session:
         # Set when another thread's refused operation invalidated this
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
-        self.events: weakref.WeakSet | None = None  # recorded inside; made on first use
+        # Events recorded inside -> the value of `restarts` when recorded;
+        # made on first use.
+        self.events: weakref.WeakKeyDictionary | None = None
+        # How many times a conditional block has ended and begun the capture
+        # again: an event of the capture before a restart cannot be waited on.
+        self.restarts = 0
         self._joins_legacy: bool | None = None
         # Holds numba's frees until released by ended(): a free during a
         # capture would break it.

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import _registry
 from .backend import active as _backend
-from .errors import ConditionalError
+from .errors import CaptureInvalidatedError, ConditionalError
 
 __all__ = [
     "Condition",
@@ -136,6 +136,20 @@ class _Blocks:
 
 # capture key -> the blocks of the capture on that stream
 _by_key: dict[Any, _Blocks] = {}
+
+
+def _raise_if_lost(session: Any, what: str, exc: BaseException) -> None:
+    """After ``what`` failed: if the stream no longer captures (its capture
+    could not be begun again after a block paused it), end the capture
+    here and say so, so that later launches are not taken for recorded ones."""
+    if session is None or not session.current or _backend.is_capturing(session.handle):
+        return
+    _registry.discard(session)
+    raise CaptureInvalidatedError(
+        f"{what} failed ({exc}), and the capture on {session.stream!r} could not "
+        "be resumed after it: the capture has been ended and its graph "
+        "discarded. The stream is usable and a new capture may begin"
+    ) from exc
 
 
 def _blocks_for(session: Any) -> _Blocks:
@@ -316,11 +330,13 @@ class _Conditional:
         """Add the node where the capture stands now."""
         self._check_unused(self.cond, self.name)
         session = self.blocks.session
+        session.restarts += 1
         try:
             self.node = _backend.ConditionalNode(
                 session.recording, self.cond._state, self.kind, self.size, session.mode
             )
         except Exception as exc:
+            _raise_if_lost(session, f"adding {self.name}", exc)
             raise ConditionalError(
                 f"could not add {self.name} to the capture on {self.blocks.stream!r}: {exc}"
             ) from exc
@@ -357,9 +373,11 @@ class ConditionalBlock:
             )
         if c.node is None:
             c.add_node()
+        blocks.session.restarts += 1
         try:
             c.node.begin_branch(self._index)
         except Exception as exc:
+            _raise_if_lost(blocks.session, f"opening {self._name}", exc)
             raise ConditionalError(f"could not open {self._name}: {exc}") from exc
         c.recorded[self._index] = True
         self._frame = _Frame(
@@ -374,12 +392,15 @@ class ConditionalBlock:
         if frame is None or frame not in blocks.stack:
             return False  # the capture ended while the block was open, and said so
         del blocks.stack[blocks.stack.index(frame):]
+        if blocks.session is not None:
+            blocks.session.restarts += 1
         if exc_type is not None or not blocks.alive():
             frame.node.abandon_branch(resume=blocks.alive())
             return False
         try:
             frame.node.end_branch()
         except Exception as err:
+            _raise_if_lost(blocks.session, f"closing {self._name}", err)
             blocks.broken = f"{self._name} could not be recorded: {err}"
             raise ConditionalError(
                 f"{blocks.broken}. A conditional body holds kernels, DeviceScalar "

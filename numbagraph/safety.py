@@ -44,6 +44,7 @@ from ._registry import (
 from .backend import active as _backend
 from .errors import (
     AllocationInCaptureError,
+    ConditionalError,
     ForeignStreamInCaptureError,
     HostArrayInCaptureError,
     HostCopyInCaptureError,
@@ -403,10 +404,10 @@ def _track_event_record(self: Any, stream: Any = 0) -> None:
     for session in _registry.active():
         if session.key == key:
             if session.events is None:
-                session.events = weakref.WeakSet()
-            session.events.add(self)
+                session.events = weakref.WeakKeyDictionary()
+            session.events[self] = session.restarts
         elif session.events is not None:
-            session.events.discard(self)
+            session.events.pop(self, None)
 
 
 def _check_event_wait(self: Any, stream: Any = 0) -> None:
@@ -428,6 +429,17 @@ def _check_event_wait(self: Any, stream: Any = 0) -> None:
             "the event was not recorded inside the capture, so the graph would "
             "depend on work outside it (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)",
             "make the stream wait on the event before the capture begins",
+        )
+    if owner is not None and owner.events.get(self) != owner.restarts:
+        raise ConditionalError(
+            f"event.wait(stream={stream!r}) waits on an event recorded in the "
+            f"capture on {owner.stream!r} before a conditional block (while_loop, "
+            "if_then, if_else, switch) opened or closed there: a block ends the "
+            "capture and begins it again, and CUDA cannot wait on an event of "
+            "the capture before that (CUDA_ERROR_INVALID_VALUE). Work on the "
+            "capturing stream runs in order, so this wait orders nothing: drop "
+            "it, or record the event again after the block. Nothing was "
+            "recorded; the capture goes on"
         )
 
 

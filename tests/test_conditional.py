@@ -494,3 +494,73 @@ def test_refused_operation_in_a_nested_body_ends_the_capture_cleanly(stream, cou
     assert not ng.is_capturing(stream)
     counting_loop(stream, counter, limit).launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+# ---------------------------------------------------------------- restarts
+
+@pytest.mark.parametrize("where", ["before the loop", "inside the loop"])
+def test_an_event_recorded_before_a_block_boundary_is_refused_after_it(
+        stream, counter, log, where):
+    # A block ends the capture and begins it again; CUDA cannot wait on an
+    # event of the capture before that. Refused before the driver sees it.
+    limit = scalar(3, stream)
+    event = cuda.event()
+    with ng.capture(stream) as cap:
+        log_tag[1, 1, stream](log, 1)
+        more = ng.Condition(default=1)
+        if where == "before the loop":
+            event.record(stream)
+        with ng.while_loop(more):
+            if where == "inside the loop":
+                event.record(stream)
+            count_while_below[1, 1, stream](counter, limit, more)
+        with pytest.raises(ng.ConditionalError, match="record the event again after the block"):
+            event.wait(stream)
+        log_tag[1, 1, stream](log, 3)
+        # Recorded again after the block, it can be waited on.
+        event.record(stream)
+        event.wait(stream)
+        log_tag[1, 1, stream](log, 4)
+    cap.graph.launch()
+    assert logged(log, stream) == [1, 3, 4]
+    assert counter.copy_to_host(stream=stream)[0] == 3
+
+
+def _stop_capturing(handle):
+    """Make the stream stop capturing behind numbagraph's back, as a failed
+    restart of the capture would."""
+    if ng.backend() == "simulator":
+        from numbagraph.backend import simulator
+
+        simulator._recordings.pop(simulator.capture_key(handle))._stop()
+        return
+    from cuda.bindings import driver as cu
+
+    err, graph = cu.cuStreamEndCapture(handle)
+    assert err == cu.CUresult.CUDA_SUCCESS
+    cu.cuGraphDestroy(graph)
+
+
+def test_a_capture_that_cannot_resume_after_a_block_ends_and_says_so(
+        stream, counter, monkeypatch):
+    from numbagraph.backend import active as backend
+
+    def failing_begin_branch(node, index):
+        _stop_capturing(stream.handle)
+        raise RuntimeError("the capture could not be begun again")
+
+    limit = scalar(2, stream)
+    ng.begin_capture(stream)
+    more = ng.Condition(default=1)
+    monkeypatch.setattr(backend.ConditionalNode, "begin_branch", failing_begin_branch)
+    with pytest.raises(ng.CaptureInvalidatedError, match="could not be resumed"):
+        with ng.while_loop(more):
+            pass
+    monkeypatch.undo()
+    assert not ng.is_capturing(stream)
+    with pytest.raises(ng.CaptureStateError, match="not capturing"):
+        ng.end_capture(stream)
+    # The stream is usable: a new capture records and replays.
+    counter.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    counting_loop(stream, counter, limit).launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
