@@ -9,7 +9,7 @@ from cuda.bindings import driver as cu
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
-from .driver_base import raise_for
+from .driver_base import check, raise_for
 
 THREADS_PER_BLOCK = 256
 
@@ -26,6 +26,12 @@ def as_device_array(obj: Any) -> Any:
     if getattr(obj, "__cuda_array_interface__", None) is not None:
         return cuda.as_cuda_array(obj, sync=False)
     return None
+
+
+def device_memory_used() -> int:
+    """Total minus free memory of the current device (cuMemGetInfo)."""
+    free, total = check("cuMemGetInfo", cu.cuMemGetInfo())
+    return int(total) - int(free)
 
 
 def current_device_id() -> int:

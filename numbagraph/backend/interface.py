@@ -198,6 +198,10 @@ class Backend(Protocol):
     def launch_limits(self) -> tuple[int, int]:
         """(multiprocessors, threads per block) to size ops' grids from."""
 
+    def device_memory_used(self) -> int | None:
+        """Bytes of the current device's memory in use, by every process, or
+        None where there is no device memory to count."""
+
     def memset_zero(self, dev: Any, handle: int) -> None:
         """Enqueue "set every byte of ``dev`` to zero" on the stream."""
 

@@ -41,6 +41,11 @@ def as_device_array(obj: Any) -> Any:
     return FakeCUDAArray(np.asarray(_HostView(interface, obj)))
 
 
+def device_memory_used() -> None:
+    """Simulated arrays are host memory: there is no device memory to count."""
+    return None
+
+
 def current_device_id() -> int:
     """The simulator has one device."""
     return 0
