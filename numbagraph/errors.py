@@ -128,9 +128,11 @@ _DRIVER_CAPTURE_ERRORS = {
     ),
     "INVALIDATED": (
         CaptureInvalidatedError,
-        "an earlier operation that cannot be captured invalidated the capture",
-        "find that operation (allocation, synchronisation, host copy) and move "
-        "it before the capture or after it",
+        "the CUDA driver invalidated the capture: an earlier call that cannot "
+        "be captured (an allocation, a synchronisation or a host copy) was made "
+        "through a path numbagraph does not check, such as another library or "
+        "a raw driver call",
+        "find that call and move it before the capture or after it",
     ),
     "MERGE": (
         ForeignStreamInCaptureError,

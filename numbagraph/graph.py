@@ -21,11 +21,13 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive")
+    __slots__ = ("executable", "keepalive", "launched")
 
     def __init__(self, executable: Any, keepalive: list):
         self.executable = executable
         self.keepalive = keepalive
+        # Handles of the streams the graph was launched on.
+        self.launched: set[int] = set()
 
     def release(self) -> None:
         executable, self.executable = self.executable, None
@@ -34,7 +36,12 @@ class _Resources:
             return
         # Destroying a graph or freeing what it used can break a capture in
         # progress (on any thread), so that waits for no capture to be active.
-        release_when_idle(functools.partial(_free, executable, keepalive))
+        release_when_idle(functools.partial(_free, executable, keepalive, set(self.launched)))
+
+    def drop(self, keepalive: list) -> None:
+        """Release ``keepalive``, which the graph no longer uses, as
+        :meth:`release` does."""
+        release_when_idle(functools.partial(_free, None, keepalive, set(self.launched)))
 
     def __del__(self) -> None:
         try:
@@ -43,9 +50,19 @@ class _Resources:
             return
 
 
-def _free(executable: Any, keepalive: list) -> None:
+def _free(executable: Any, keepalive: list, launched: set[int]) -> None:
+    """Destroy the executable (CUDA lets a running graph be destroyed: it
+    goes once its work ends) and drop the arrays it used. Replays may still
+    run: a memory manager whose frees do not wait for the device gets them
+    only once the streams the graph ran on have finished."""
     if executable is not None:
         executable.close()
+    if keepalive and launched and not _backend.frees_wait_for_device():
+        for handle in launched:
+            try:
+                _backend.synchronize(handle)
+            except Exception:  # noqa: BLE001  a destroyed stream has no work left
+                pass
     keepalive.clear()
 
 
@@ -112,6 +129,7 @@ class CapturedGraph:
         launch = self._launchers.get(handle)
         if launch is None:
             launch = self._launchers[handle] = self._instantiated().launcher(handle)
+            self._res.launched.add(handle)
         launch()
 
     def upload(self, stream: Any = None) -> None:
@@ -140,7 +158,7 @@ class CapturedGraph:
         # The graph now runs other's arguments, and only those; the old ones
         # are dropped as a closed graph's are, once no capture runs.
         superseded, self._res.keepalive = self._res.keepalive, list(other._res.keepalive)
-        release_when_idle(superseded.clear)
+        self._res.drop(superseded)
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

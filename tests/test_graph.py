@@ -70,6 +70,34 @@ def test_graph_keeps_its_arrays_alive(stream, kernels):
     assert x_ref() is None and one_ref() is None
 
 
+@pytest.mark.parametrize("frees_wait", [True, False])
+def test_closing_orders_the_release_after_replays_when_frees_do_not_wait(
+        stream, kernels, monkeypatch, frees_wait):
+    # A stream-ordered memory manager (RMM plugged into numba) frees without
+    # waiting for the device: the arrays of a closed graph are dropped only
+    # once the streams it ran on have finished.
+    from numbagraph.backend import active as backend
+
+    x = device_zeros(32, stream=stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, one)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, one)
+    cap.graph.launch()
+    x_ref = weakref.ref(x)
+    del x, one
+    events = []
+    synchronize = backend.synchronize
+    monkeypatch.setattr(backend, "frees_wait_for_device", lambda: frees_wait)
+    monkeypatch.setattr(backend, "synchronize", lambda handle: (
+        events.append(("synchronize", handle, x_ref() is not None)), synchronize(handle)))
+    cap.graph.close()
+    gc.collect()
+    assert x_ref() is None
+    expected = [] if frees_wait else [("synchronize", stream.handle, True)]
+    assert events == expected
+
+
 def test_dropped_graph_is_freed(stream, kernels):
     # Built here, not by a fixture: a fixture would keep the arrays alive.
     x = device_zeros(32, stream=stream)

@@ -438,3 +438,42 @@ def test_a_malformed_foreign_array_interface_is_named(stream):
 
     with pytest.raises(ng.OpError, match="__cuda_array_interface__"):
         ng.add_into(NoData(), 1.0, ng.empty(4, np.float32), stream=stream)
+
+
+class _Interface:
+    """A foreign array that is nothing but the interface it was given."""
+
+    def __init__(self, **interface):
+        self.__cuda_array_interface__ = {"typestr": "<f4", "version": 3, **interface}
+
+
+def test_a_foreign_array_with_a_null_pointer_is_refused_before_any_launch(stream):
+    out = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    with pytest.raises(ng.OpError, match="NULL"):
+        ng.add_into(_Interface(shape=(4,), data=(0, False)), 1.0, out, stream=stream)
+    # An empty array may have no memory at all.
+    ng.add_into(_Interface(shape=(0,), data=(0, False)), 1.0,
+                _Interface(shape=(0,), data=(0, False)), stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 0.0)
+
+
+@pytest.mark.driver_only(reason="the simulator's device pointers are host pointers, "
+                                "which it cannot tell from garbage")
+def test_a_foreign_pointer_cuda_does_not_know_is_refused(stream):
+    out = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    with pytest.raises(ng.OpError, match="not memory CUDA knows"):
+        ng.add_into(_Interface(shape=(4,), data=(0x1234000, False)), 1.0, out, stream=stream)
+    host = np.zeros(4, np.float32)  # pageable host memory: unknown to CUDA
+    with pytest.raises(ng.OpError, match="not memory CUDA knows"):
+        ng.add_into(_Interface(shape=(4,), data=(host.ctypes.data, False)), 1.0, out,
+                    stream=stream)
+
+
+@pytest.mark.driver_only(reason="the extent is checked against the driver's allocation")
+def test_a_foreign_array_larger_than_its_allocation_is_refused(stream):
+    small = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    pointer = small.device_ctypes_pointer.value
+    out = cuda.to_device(np.zeros(1 << 20, np.float32), stream=stream)
+    with pytest.raises(ng.OpError, match="past the end of its allocation"):
+        ng.add_into(_Interface(shape=(1 << 20,), data=(pointer, False)), 1.0, out,
+                    stream=stream)

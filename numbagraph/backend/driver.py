@@ -1,7 +1,8 @@
 """The CUDA driver backend: real graphs through cuda.core and cuda.bindings.
 
-Capture uses cuda.core's ``GraphBuilder`` on a non-owning cuda.core view of
-the user's stream, so numba launches made on that very stream are recorded.
+Captures are begun and ended on the user's own stream with the driver's
+calls, so numba launches made on that very stream are recorded. Ops launch
+through cuda.core, on a non-owning view of the stream.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _numba_driver
 
 from ._streams import stream_handle  # noqa: F401  (a backend member)
-from .driver_base import CAPTURE_INVALIDATED, DriverError, capture_status, check, is_capturing
+from .driver_base import (
+    CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
+)
 from .interface import LaunchHook, Patch
 
 NAME = "cuda"
@@ -35,7 +38,7 @@ _core_streams: dict[int, tuple[Any, _CoreStream]] = {}
 
 def _core_stream(handle: int, ctx: Any = None) -> _CoreStream:
     """A non-owning cuda.core view of the stream, made once per handle:
-    captures begin and ops launch through it. A view remembers
+    ops launch through it. A view remembers
     the stream's context, so it is made again once numba's context for the
     thread (``ctx``, looked up if not given) has changed: after a device
     reset a new stream may get an old handle."""
@@ -58,6 +61,10 @@ def synchronize(handle: int) -> None:
 class Recording:
     """One capture in progress on one stream.
 
+    The capture is begun and ended with the driver's own calls, and the
+    graph it makes belongs to this recording until an :class:`Executable`
+    takes it: every graph is destroyed once, by whoever holds it.
+
     cuMemFree during a capture is refused and invalidates it, so numba's
     frees (memory, streams, events) wait from the start of the recording
     until ``release_frees()``, called once the capture has ended.
@@ -72,8 +79,8 @@ class Recording:
         ctx = _numba_context()
         self._release: Callable[[], None] | None = _hold_frees(ctx)
         try:
-            self._builder = _core_stream(handle, ctx).create_graph_builder()
-            self._builder.begin_building(mode)
+            check("cuStreamBeginCapture",
+                  cu.cuStreamBeginCapture(handle, CAPTURE_MODES[mode]))
         except BaseException:
             self.release_frees()
             raise
@@ -86,29 +93,26 @@ class Recording:
 
     def strand(self) -> None:
         """The graph being built holds device pointers, not Python objects:
-        nothing to drop. The builder is kept open, since closing it would
-        destroy the graph the stream still captures into."""
+        nothing to drop. The capture is left as it is, since only its own
+        thread may end it."""
 
     def finish(self, instantiate: bool = True) -> "Executable":
         """End the capture. With ``instantiate=False`` the graph is
         instantiated on first use instead: CUDA refuses to instantiate while
         another capture is active in a way that covers this thread."""
-        builder = self._builder
         try:
-            for check in self.finish_checks:
-                check()
-            builder.end_building()
-        except Exception as exc:
-            invalidated = capture_status(self.handle) == CAPTURE_INVALIDATED
+            for finish_check in self.finish_checks:
+                finish_check()
+        except Exception:
             self.abort()
-            if invalidated:
-                # cuda.core says so without the driver's error name.
-                raise DriverError(
-                    "cuStreamEndCapture",
-                    cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-                ) from exc
             raise
-        executable = Executable(builder)
+        err, graph = cu.cuStreamEndCapture(self.handle)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            # An invalidated or unjoined capture ends with the failed call
+            # and leaves no graph; anything still capturing is ended here.
+            self.abort()
+            raise DriverError("cuStreamEndCapture", err)
+        executable = Executable(graph)
         if instantiate:
             try:
                 executable.instantiate()
@@ -118,40 +122,35 @@ class Recording:
         return executable
 
     def abort(self) -> None:
-        """End the capture without a graph; the stream stops capturing."""
+        """End the capture without a graph; the stream stops capturing.
+
+        Never raises: it runs while another error propagates (the body of a
+        ``with ng.capture`` block raised), which it must not hide."""
         # The stream may be capturing into a conditional body: go back to the
         # capture's own graph first, so that is what ends (and is freed).
         for body in reversed(list(self.open_bodies)):
-            body.abandon_branch(resume=True)
-        try:
-            if self._builder.is_building:
-                self._builder.end_building()
-        except Exception:
-            pass  # an invalidated capture still ends; checked below
-        if is_capturing(self.handle):
+            try:
+                body.abandon_branch(resume=True)
+            except Exception:  # noqa: BLE001  the capture is ended below regardless
+                pass
+        if capture_status(self.handle) in (CAPTURE_ACTIVE, CAPTURE_INVALIDATED):
             err, graph = cu.cuStreamEndCapture(self.handle)
-            if graph is not None and int(graph):
+            if err == cu.CUresult.CUDA_SUCCESS and graph is not None and int(graph):
                 cu.cuGraphDestroy(graph)
-        try:
-            self._builder.close()
-        except Exception:
-            pass  # the builder's capture is already gone; nothing left to free
 
 
 class Executable:
-    """An instantiated graph and the definition it came from."""
+    """A captured graph, which it owns, and its instantiation."""
 
-    def __init__(self, builder):
+    def __init__(self, graph: Any):
+        self._definition = graph
         self._graph = None
-        self._builder = builder
         self._num_nodes: int | None = None
 
     @property
     def num_nodes(self) -> int:
-        # Counted on demand: listing the nodes makes a Python object per node,
-        # which would add to every capture's cost.
         if self._num_nodes is None:
-            self._num_nodes = len(self._builder.graph_definition.nodes())
+            self._num_nodes = int(check("cuGraphGetNodes", cu.cuGraphGetNodes(self._definition))[1])
         return self._num_nodes
 
     @property
@@ -159,15 +158,11 @@ class Executable:
         return self._graph is not None
 
     def instantiate(self) -> Any:
-        # Instantiated by cuGraphInstantiate, not GraphBuilder.complete, whose
-        # executable launches slower (docs/benchmarks). No flags: a capture
-        # records no allocation (numbagraph refuses them), so
-        # AUTO_FREE_ON_LAUNCH would have nothing to free.
+        # No flags: a capture records no allocation (numbagraph refuses
+        # them), so AUTO_FREE_ON_LAUNCH would have nothing to free.
         if self._graph is None:
-            self._graph = check(
-                "cuGraphInstantiate",
-                cu.cuGraphInstantiate(self._builder.graph_definition.handle, 0),
-            )
+            self._graph = check("cuGraphInstantiate",
+                                cu.cuGraphInstantiate(self._definition, 0))
         return self._graph
 
     def launcher(self, handle: int) -> Callable[[], None]:
@@ -188,18 +183,17 @@ class Executable:
         check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
-        check(
-            "cuGraphExecUpdate",
-            cu.cuGraphExecUpdate(
-                self.instantiate(), other._builder.graph_definition.handle
-            ),
-        )
+        check("cuGraphExecUpdate",
+              cu.cuGraphExecUpdate(self.instantiate(), other._definition))
 
     def close(self) -> None:
-        if self._graph is not None:
-            cu.cuGraphExecDestroy(self._graph)
-            self._graph = None
-        self._builder.close()
+        """Destroy the instantiation and the graph; once is enough."""
+        graph, self._graph = self._graph, None
+        definition, self._definition = self._definition, None
+        if graph is not None:
+            cu.cuGraphExecDestroy(graph)
+        if definition is not None:
+            cu.cuGraphDestroy(definition)
 
 
 # ---------------------------------------------------------------- capture safety
@@ -221,6 +215,12 @@ _NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
 def in_kernel() -> bool:
     """Kernels run on the GPU: Python code never runs inside one."""
     return False
+
+
+def frees_wait_for_device() -> bool:
+    """numba's own memory manager frees with cuMemFree, which waits for the
+    device; a plugged-in one may free in stream order."""
+    return type(_numba_context().memory_manager) is _numba_driver.NumbaCUDAMemoryManager
 
 
 def joins_legacy_stream(handle: int) -> bool:

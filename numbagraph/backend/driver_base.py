@@ -8,11 +8,17 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 __all__ = ["DriverError", "check", "raise_for", "capture_status", "is_capturing",
-           "CAPTURE_ACTIVE", "CAPTURE_NONE", "CAPTURE_INVALIDATED"]
+           "CAPTURE_ACTIVE", "CAPTURE_NONE", "CAPTURE_INVALIDATED", "CAPTURE_MODES"]
 
 CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
 CAPTURE_NONE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 CAPTURE_INVALIDATED = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
+
+CAPTURE_MODES = {
+    "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
 
 
 class DriverError(RuntimeError):

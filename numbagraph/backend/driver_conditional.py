@@ -19,7 +19,7 @@ from cuda.bindings import driver as cu
 from numba import cuda
 
 from ._bodies import BodyTracking
-from .driver_base import CAPTURE_ACTIVE, DriverError, check, is_capturing
+from .driver_base import CAPTURE_ACTIVE, CAPTURE_MODES, DriverError, check, is_capturing
 
 __all__ = [
     "ConditionalNode",
@@ -42,11 +42,6 @@ _SOURCE = pathlib.Path(__file__).with_name("conditional.cu")
 # cuda-bindings 13 gives cuGraphAddNode edge data; 12 has it in _v2 only.
 _EDGE_DATA = _version_tuple(_bindings.__version__) >= (13, 0)
 
-_MODES = {
-    "global": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
-    "thread_local": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-    "relaxed": cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
-}
 
 
 def conditional_version() -> tuple[int, int]:
@@ -132,7 +127,7 @@ def _resume(handle: int, mode: str, graph: Any, deps: list) -> None:
     check(
         "cuStreamBeginCaptureToGraph",
         cu.cuStreamBeginCaptureToGraph(
-            handle, graph, deps or None, None, len(deps), _MODES[mode]
+            handle, graph, deps or None, None, len(deps), CAPTURE_MODES[mode]
         ),
     )
 
@@ -172,7 +167,7 @@ class ConditionalNode(BodyTracking):
             check(
                 "cuStreamBeginCaptureToGraph",
                 cu.cuStreamBeginCaptureToGraph(
-                    self._handle, self._bodies[index], None, None, 0, _MODES[self._mode]
+                    self._handle, self._bodies[index], None, None, 0, CAPTURE_MODES[self._mode]
                 ),
             )
         except DriverError:

@@ -9,6 +9,7 @@ from cuda.bindings import driver as cu
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
+from ..errors import OpError
 from .driver_base import check, raise_for
 
 THREADS_PER_BLOCK = 256
@@ -24,8 +25,49 @@ def as_device_array(obj: Any) -> Any:
     if is_cuda_ndarray(obj):
         return obj
     if getattr(obj, "__cuda_array_interface__", None) is not None:
-        return cuda.as_cuda_array(obj, sync=False)
+        dev = cuda.as_cuda_array(obj, sync=False)
+        _check_memory(dev, obj)
+        return dev
     return None
+
+
+_MEMORY_TYPE = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+_RANGE_START = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+_RANGE_SIZE = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_RANGE_SIZE
+
+
+def _check_memory(dev: Any, obj: Any) -> None:
+    """Refuse a foreign array whose pointer is not memory CUDA knows, or
+    whose extent runs past its allocation: a kernel given it would fault
+    with an illegal address, which ends the process's CUDA context."""
+    nbytes = dev.size * dev.dtype.itemsize
+    if nbytes == 0:
+        return
+    ptr = dev.device_ctypes_pointer.value or 0
+    name = type(obj).__name__
+    if not ptr:
+        raise OpError(
+            f"a {name}'s __cuda_array_interface__ gives a NULL data pointer for "
+            f"{nbytes} bytes; pass an array whose memory is allocated"
+        )
+    err, _kind = cu.cuPointerGetAttribute(_MEMORY_TYPE, ptr)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise OpError(
+            f"a {name}'s __cuda_array_interface__ gives the pointer {ptr:#x}, "
+            "which is not memory CUDA knows (not device, managed or registered "
+            "host memory); pass a device array"
+        )
+    err_start, start = cu.cuPointerGetAttribute(_RANGE_START, ptr)
+    err_size, size = cu.cuPointerGetAttribute(_RANGE_SIZE, ptr)
+    if err_start == err_size == cu.CUresult.CUDA_SUCCESS and int(size):
+        end = int(start) + int(size)
+        if ptr + nbytes > end:
+            raise OpError(
+                f"a {name}'s __cuda_array_interface__ describes {nbytes} bytes "
+                f"from {ptr:#x}, past the end of its allocation at {end:#x} "
+                f"({ptr + nbytes - end} bytes over): its shape or strides do not "
+                "match its memory"
+            )
 
 
 def device_memory_used() -> int:

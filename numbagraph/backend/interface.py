@@ -137,6 +137,11 @@ class Backend(Protocol):
     def synchronize(self, handle: int) -> None:
         """Wait for the stream's work."""
 
+    def frees_wait_for_device(self) -> bool:
+        """Whether freeing device memory waits for the device work that may
+        use it: true of numba's own memory manager (cuMemFree waits for the
+        device), not of a stream-ordered one plugged into numba (RMM)."""
+
     def joins_legacy_stream(self, handle: int) -> bool:
         """Whether work on the legacy default stream waits on this stream."""
 
@@ -190,7 +195,10 @@ class Backend(Protocol):
 
     def as_device_array(self, obj: Any) -> Any:
         """``obj`` as a numba device array without synchronising, or None
-        when it is not device memory."""
+        when it is not device memory. Raises OpError, naming the problem,
+        when its ``__cuda_array_interface__`` gives a pointer a kernel
+        cannot use: NULL, not memory CUDA knows, or an extent past its
+        allocation."""
 
     def current_device_id(self) -> int:
         """The ordinal of the calling thread's current device."""

@@ -192,6 +192,11 @@ def in_kernel() -> bool:
     return isinstance(threading.current_thread(), BlockThread)
 
 
+def frees_wait_for_device() -> bool:
+    """Simulated work is finished when its call returns."""
+    return True
+
+
 def joins_legacy_stream(handle: int) -> bool:
     """Simulated streams behave as numba's: blocking, so the legacy default
     stream waits on them."""

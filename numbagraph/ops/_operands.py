@@ -53,6 +53,8 @@ def device_array(obj: Any, what: str) -> Any:
         return obj.inner()
     try:
         dev = _backend.as_device_array(obj)
+    except OpError as exc:
+        raise OpError(f"{what}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise OpError(
             f"{what} is a {type(obj).__name__} whose __cuda_array_interface__ numba "
