@@ -52,7 +52,7 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """
     shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
     guard_allocation("ng.zeros()", handle)
-    if is_capturing(handle):
+    if is_capturing(stream):
         raise OpError(
             f"ng.zeros(stream={stream!r}) cannot fill the array now: the stream "
             "captures, so the fill would be recorded into the graph instead of "

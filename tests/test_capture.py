@@ -330,3 +330,23 @@ def test_threads_capture_their_own_per_thread_default_streams_at_once(kernels, m
         assert not isinstance(result, BaseException), result
         np.testing.assert_array_equal(result, 1.0 + launches)
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ng.capture(12345).__enter__(),
+    lambda: ng.begin_capture(0x7F0000001000),
+    lambda: ng.DeviceScalar(1, np.int32, stream=12345),
+    lambda: ng.add_into(ng.zeros(4, np.float32), 1.0, ng.zeros(4, np.float32), stream=12345),
+])
+def test_a_bare_integer_is_not_taken_as_a_stream(call):
+    # The driver ends the process when given a number that is not a stream.
+    with pytest.raises((TypeError, ng.OpError), match=r"cuda.external_stream\(0x"):
+        call()
+
+
+def test_the_named_default_streams_may_be_given_as_integers(kernels):
+    x = device_zeros(32, stream=0)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=0)
+    kernels.add[1, 32, 0](x, one)
+    ng.add_into(x, 1.0, x, stream=0)
+    np.testing.assert_array_equal(x.copy_to_host(stream=0), 2.0)

@@ -94,7 +94,7 @@ def test_closing_orders_the_release_after_replays_when_frees_do_not_wait(
     cap.graph.close()
     gc.collect()
     assert x_ref() is None
-    expected = [] if frees_wait else [("synchronize", stream.handle, True)]
+    expected = [] if frees_wait else [("synchronize", backend.stream_handle(stream), True)]
     assert events == expected
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Hashable
 
+NAMED_HANDLES = (0, 1, 2)
+"""The streams an integer may name: the default, the legacy default and the
+per-thread default stream, whose handles are the same in every process."""
+
 PER_THREAD_HANDLE = 2
 """CU_STREAM_PER_THREAD: one handle that names a different stream, the
 per-thread default stream, on every thread."""
@@ -23,7 +27,16 @@ def stream_handle(stream: Any) -> int:
     """The raw ``CUstream`` address of a numba, cuda.core or foreign stream
     (on the simulator, the integer handle numbagraph gives its streams)."""
     if isinstance(stream, int):
-        return stream
+        if stream in NAMED_HANDLES:
+            return stream
+        raise TypeError(
+            f"{stream} is a bare integer, which numbagraph does not take as a "
+            "stream: the driver cannot tell a stream handle from another number "
+            "without crashing the process. Pass the stream object (cuda.stream(), "
+            "or any object with __cuda_stream__), or wrap a handle from another "
+            f"library as cuda.external_stream({stream:#x}). The integers 0, 1 and "
+            "2 name the default, legacy default and per-thread default streams"
+        )
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         return int(proto()[1])

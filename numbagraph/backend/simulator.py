@@ -319,7 +319,9 @@ class _ConfiguredLaunch:
         self.on_launch = on_launch
 
     def __call__(self, *args: Any) -> None:
-        handle = stream_handle(self.stream)
+        # Ops launch by the handle they already checked.
+        stream = self.stream
+        handle = stream if type(stream) is int else stream_handle(stream)
         args = self.on_launch(handle, self.kernel, args)
         _record_or_run(handle, functools.partial(
             _run, self.kernel, self.grid, self.block, self.shared, args
