@@ -350,3 +350,22 @@ def test_the_named_default_streams_may_be_given_as_integers(kernels):
     kernels.add[1, 32, 0](x, one)
     ng.add_into(x, 1.0, x, stream=0)
     np.testing.assert_array_equal(x.copy_to_host(stream=0), 2.0)
+
+
+@pytest.mark.driver_only(reason="numba's pending frees live in each device's driver context")
+def test_a_capture_holds_the_frees_of_its_streams_device():
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two GPUs")
+    with cuda.gpus[1]:
+        s1 = cuda.stream()
+        ctx1 = cuda.current_context()
+    with cuda.gpus[0]:
+        ctx0 = cuda.current_context()
+        before = (ctx0.deallocations._disable_count, ctx1.deallocations._disable_count)
+        ng.begin_capture(s1, mode="relaxed")
+        try:
+            held = (ctx0.deallocations._disable_count, ctx1.deallocations._disable_count)
+        finally:
+            ng.abort_capture(s1)
+    assert held == (before[0], before[1] + 1)
+    assert (ctx0.deallocations._disable_count, ctx1.deallocations._disable_count) == before

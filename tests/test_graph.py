@@ -160,3 +160,32 @@ def test_update_keeps_only_what_the_graph_now_uses(stream, kernels, warm_add):
     assert [ref() is None for ref in superseded] == [True, True, False]
     graph.launch()
     np.testing.assert_array_equal(superseded[-1]().copy_to_host(stream=stream), 1.0)
+
+
+def test_another_thread_replays_a_graph_while_a_global_capture_runs(stream, other_stream, kernels):
+    import threading
+
+    x = device_zeros(32, stream=other_stream)
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=other_stream)
+    kernels.add[1, 32, other_stream](x, one)
+    with ng.capture(other_stream) as cap:
+        kernels.add[1, 32, other_stream](x, one)
+    cap.graph.launch()  # instantiated before the global capture begins
+    y = device_zeros(32, stream=stream)
+    stream.synchronize()
+    other_stream.synchronize()
+    failures = []
+
+    def replay():
+        try:
+            cap.graph.launch()
+        except Exception as exc:  # reported below
+            failures.append(exc)
+
+    with ng.capture(stream, mode="global"):
+        kernels.add[1, 32, stream](y, one)
+        worker = threading.Thread(target=replay)
+        worker.start()
+        worker.join()
+    assert not failures
+    np.testing.assert_array_equal(x.copy_to_host(stream=other_stream), 3.0)

@@ -76,8 +76,7 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        ctx = _numba_context()
-        self._release: Callable[[], None] | None = _hold_frees(ctx)
+        self._release: Callable[[], None] | None = _hold_frees(_stream_context(handle))
         try:
             check("cuStreamBeginCapture",
                   cu.cuStreamBeginCapture(handle, CAPTURE_MODES[mode]))
@@ -253,6 +252,24 @@ def _current_context() -> tuple[int, Any]:
 
 def _numba_context() -> Any:
     return _current_context()[1]
+
+
+def _stream_context(handle: int) -> Any:
+    """numba's Context for the context the stream belongs to: the frees a
+    capture holds are those of its stream's device, whichever device is
+    current."""
+    key, ctx = _current_context()
+    err, owner = cu.cuStreamGetCtx(handle)
+    if err != cu.CUresult.CUDA_SUCCESS or int(owner) in (0, key):
+        return ctx
+    found = _numba_contexts.get(int(owner))
+    if found is None:
+        for gpu in cuda.gpus:
+            with gpu:
+                candidate = cuda.current_context()
+            _numba_contexts[int(candidate.handle)] = candidate
+        found = _numba_contexts.get(int(owner), ctx)
+    return found
 
 
 def _hold_frees(ctx: Any) -> Callable[[], None]:
