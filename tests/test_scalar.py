@@ -164,3 +164,35 @@ def test_recorded_update_stores_the_exact_bits_numpy_would(stream, dtype):
 def test_values_numpy_or_python_cannot_store_raise_scalar_value_error(value, dtype):
     with pytest.raises(ng.ScalarValueError):
         ng.DeviceScalar(value, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_threads_updating_their_own_eight_byte_scalars_lose_nothing(dtype):
+    # Each scalar stores through its own host buffer.
+    import threading
+
+    from numba import cuda
+
+    rounds = 200
+    together = threading.Barrier(4)
+    seen = {}
+
+    def work(tag):
+        s = cuda.stream()
+        scalar = ng.DeviceScalar(0, dtype=dtype, stream=s)
+        log = np.empty(rounds, dtype)
+        together.wait(timeout=60)
+        for i in range(rounds):
+            value = tag * 1_000_000 + i
+            scalar.update(value)
+            log[i] = scalar.value
+        seen[tag] = log
+
+    threads = [threading.Thread(target=work, args=(tag,)) for tag in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == [1, 2, 3, 4]
+    for tag, log in seen.items():
+        np.testing.assert_array_equal(log, tag * 1_000_000 + np.arange(rounds, dtype=dtype))
