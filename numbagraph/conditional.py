@@ -231,7 +231,7 @@ class Condition:
             several captures in progress.
     """
 
-    __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "__weakref__")
+    __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "_passed", "__weakref__")
 
     def __init__(self, default: int | bool | None = None, *, stream: Any = None):
         default = _check_default(default)
@@ -249,6 +249,7 @@ class Condition:
         self._state = state
         self._default = default
         self._used = False
+        self._passed = False  # given to a kernel, which may set it
         blocks.conditions.append(self)
 
     @property
@@ -286,6 +287,7 @@ class Condition:
 
 def _kernel_argument(cond: Condition) -> Any:
     blocks = cond._live("cannot pass this Condition to a kernel")
+    cond._passed = True
     for frame in blocks.stack:
         if frame.condition is cond:
             frame.sets_condition = True
@@ -311,6 +313,17 @@ class _Conditional:
                 "the stream whose capture made the Condition"
             )
         self._check_unused(cond, name)
+        if cond._default is None and not cond._passed:
+            raise ConditionalError(
+                f"{name} reads a Condition that has no default and that no kernel "
+                "was given before it: its value at each launch is whatever the "
+                "last launch left (0 at first), so "
+                + ("the loop would never run" if kind == "while" else
+                   "every launch would take the branch of 0")
+                + ". Make it with a default (ng.Condition(default=1)), or launch a "
+                "kernel that calls ng.set_condition on it before the block. "
+                "Nothing was recorded; the capture goes on"
+            )
         self.cond, self.kind, self.size, self.name = cond, kind, size, name
         self.blocks = blocks
         self.frame = blocks.current

@@ -564,3 +564,23 @@ def test_a_capture_that_cannot_resume_after_a_block_ends_and_says_so(
     counter.copy_to_device(np.zeros(1, np.int32), stream=stream)
     counting_loop(stream, counter, limit).launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+@pytest.mark.parametrize("opener", [
+    lambda cond: ng.while_loop(cond),
+    lambda cond: ng.if_then(cond),
+    lambda cond: ng.if_else(cond)[0],
+    lambda cond: ng.switch(cond, 3)[0],
+])
+def test_a_block_on_a_condition_nothing_can_have_set_is_refused(stream, counter, opener):
+    limit = scalar(2, stream)
+    with ng.capture(stream) as cap:
+        cond = ng.Condition()  # no default, and no kernel given it yet
+        with pytest.raises(ng.ConditionalError, match="no default and that no kernel"):
+            opener(cond)
+        # Nothing was recorded: a kernel that sets it makes the block legal.
+        set_from[1, 1, stream](cond, limit)
+        with ng.while_loop(cond):
+            count_while_below[1, 1, stream](counter, limit, cond)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
