@@ -16,7 +16,8 @@ captures; :mod:`numbagraph._registry` holds the captures in progress.
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, Literal
 
 from . import _registry
 from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, sessions
@@ -25,6 +26,7 @@ from .errors import (
     CaptureError,
     CaptureInvalidatedError,
     CaptureStateError,
+    CaptureWarning,
     NumbagraphError,
     translate_driver_error,
 )
@@ -163,6 +165,14 @@ def end_capture(stream: Any) -> CapturedGraph:
             "The stream is usable and a new capture may begin"
         ) from exc
     _registry.ended(session)
+    if not session.keepalive and executable.num_nodes == 0:
+        warnings.warn(
+            f"the capture on {stream!r} recorded nothing: no kernel, op, copy or "
+            "DeviceScalar update was enqueued on that stream while it captured. "
+            "Were the launches made on another stream? Launch them on the "
+            "capturing stream (kernel[grid, block, s](...), ops with stream=s)",
+            CaptureWarning, stacklevel=2,
+        )
     return CapturedGraph(executable, session.stream, session.handle, session.keepalive)
 
 
@@ -238,7 +248,7 @@ class capture:
         begin_capture(self.stream, mode=self.mode)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             self._graph = end_capture(self.stream)
             return False

@@ -25,6 +25,8 @@ __all__ = [
     "ScalarValueError",
     "OpError",
     "ConditionalError",
+    "NumbagraphWarning",
+    "CaptureWarning",
 ]
 
 
@@ -114,6 +116,18 @@ class ConditionalError(NumbagraphError, RuntimeError):
     leaves the capture as it was: nothing was recorded. Raised as a block or
     the capture ends, the capture is discarded.
     """
+
+
+class NumbagraphWarning(UserWarning):
+    """Base class of every numbagraph warning: something that runs, but most
+    likely not as meant. Turn them into errors with
+    ``warnings.simplefilter("error", ng.NumbagraphWarning)``."""
+
+
+class CaptureWarning(NumbagraphWarning):
+    """Work that ran at once, or a graph that came out empty, while a capture
+    was meant to record it; or a replay not ordered after the updates of the
+    scalars it reads."""
 
 
 # What the driver's stream-capture errors mean, in the terms of this module:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
+from . import _registry
 from ._registry import release_when_idle
 from ._registry import sessions as _captures
 from .backend import active as _backend
-from .errors import GraphClosedError, NumbagraphError
+from .errors import CaptureWarning, GraphClosedError, NumbagraphError
 from .safety import guard_graph_launch, guard_instantiation
 
 __all__ = ["CapturedGraph"]
@@ -130,7 +132,33 @@ class CapturedGraph:
         if launch is None:
             launch = self._launchers[handle] = self._instantiated().launcher(handle)
             self._res.launched.add(handle)
+            if handle != self._handle:
+                self._warn_if_scalars_unordered(stream)
         launch()
+
+    def _warn_if_scalars_unordered(self, stream: Any) -> None:
+        """Updates of the graph's scalars are ordered on the scalars' streams,
+        not on ``stream``: a launch there may run before them."""
+        handle = _backend.stream_handle(stream)
+        wrappers = _registry.device_wrappers
+        streams = {
+            repr(obj.stream)
+            for entry in self._res.keepalive
+            for obj in (entry[1] if isinstance(entry, tuple) and len(entry) == 2
+                        and isinstance(entry[1], tuple) else (entry,))
+            if type(obj) in wrappers and hasattr(obj, "update")
+            and _backend.stream_handle(obj.stream) != handle
+        }
+        if streams:
+            warnings.warn(
+                f"graph.launch(stream={stream!r}): the graph reads DeviceScalars whose "
+                f"updates are ordered on {', '.join(sorted(streams))}, not on this "
+                "stream, so this launch may run before the latest update() and read "
+                "an older value. Launch on the scalars' stream (graph.launch()), or "
+                "make this stream wait for it (record an event there and "
+                "event.wait(this stream)) after each update",
+                CaptureWarning, stacklevel=3,
+            )
 
     def upload(self, stream: Any = None) -> None:
         """Upload the graph to the device ahead of its first launch, so that

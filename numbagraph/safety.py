@@ -59,6 +59,8 @@ __all__ = [
     "guard_legacy_work",
     "guard_device_copy",
     "guard_host_wait",
+    "guard_host_to_device",
+    "guard_device_to_host",
     "guard_graph_launch",
     "guard_instantiation",
     "Check",
@@ -218,23 +220,26 @@ def _check_allocation(operation: str) -> Callable[..., None]:
     return check
 
 
-def _check_host_to_device(operation: str, handle: int | None) -> None:
+def guard_host_to_device(operation: str, handle: int | None, instead: str | None = None) -> None:
+    """Refuse ``operation``, a copy from the host enqueued on the stream
+    ``handle``, where it would break a capture; ``instead`` replaces the
+    advice given."""
     blockers = _stream_blockers(handle)
     if not blockers:
         return
     if _is_legacy(handle):
         why = _LEGACY_WHY
-        instead = "pass stream= a stream that is not capturing, or copy after the capture ends"
+        advice = "pass stream= a stream that is not capturing, or copy after the capture ends"
     else:
         why = (
             "the graph would record a copy from a host buffer that may change or "
             "be freed before it replays, and the data would not reach the device now"
         )
-        instead = (
+        advice = (
             "copy before the capture begins; keep a value that changes between "
             "replays in an ng.DeviceScalar, whose update() is recorded inside a capture"
         )
-    _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
+    _refuse(HostCopyInCaptureError, operation, blockers, why, instead or advice)
 
 
 # How numba comes to allocate while handling a host value ({} names it).
@@ -258,7 +263,10 @@ def _check_host_blocking(cls: type, operation: str) -> None:
                 _BLOCKING_WHY.format(_mode_clause(blockers)), _BLOCKING_INSTEAD)
 
 
-def _check_device_to_host(operation: str, handle: int | None) -> None:
+def guard_device_to_host(operation: str, handle: int | None, instead: str | None = None) -> None:
+    """Refuse ``operation``, a copy to the host enqueued on the stream
+    ``handle``, where it would break a capture; ``instead`` replaces the
+    advice given."""
     # An asynchronous copy to the host on another stream is allowed, as CUDA
     # allows it in every mode; waiting for it is what blocks.
     blockers = _stream_blockers(handle)
@@ -266,18 +274,18 @@ def _check_device_to_host(operation: str, handle: int | None) -> None:
         return
     if _is_legacy(handle):
         why = _LEGACY_WHY
-        instead = "read results after the capture ends and the graph has run"
+        advice = "read results after the capture ends and the graph has run"
     else:
         why = (
             "a capturing stream runs nothing, so the graph would record a copy "
             "into a temporary host buffer that nothing reads, and this call "
             "would return before any data arrived"
         )
-        instead = (
+        advice = (
             "read results after the graph has run: graph.launch(), then "
             "x.copy_to_host(stream=s)"
         )
-    _refuse(HostCopyInCaptureError, operation, blockers, why, instead)
+    _refuse(HostCopyInCaptureError, operation, blockers, why, instead or advice)
 
 
 def _check_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> None:
@@ -285,17 +293,17 @@ def _check_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = Non
         return  # no allocation; a copy into `to` is checked by copy_to_device
     guard_allocation("cuda.to_device()")
     if copy:
-        _check_host_to_device("cuda.to_device()", _handle(stream))
+        guard_host_to_device("cuda.to_device()", _handle(stream))
 
 
 def _check_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> None:
-    _check_device_to_host("copy_to_host()", _array_handle(self, stream))
+    guard_device_to_host("copy_to_host()", _array_handle(self, stream))
 
 
 def _check_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
     handle = _array_handle(self, stream)
     if not _is_device(ary):
-        _check_host_to_device("copy_to_device() from a host array", handle)
+        guard_host_to_device("copy_to_device() from a host array", handle)
         return
     guard_device_copy(handle, self, ary, "copy_to_device() between device arrays")
 
@@ -315,7 +323,7 @@ def _check_getitem(self: Any, item: Any, stream: Any = 0) -> None:
     if _backend.in_kernel():
         return  # indexing on the device
     if _selects_element(self, item):
-        _check_device_to_host("reading an element of a device array (x[i])",
+        guard_device_to_host("reading an element of a device array (x[i])",
                               _array_handle(self, stream))
 
 
@@ -325,7 +333,7 @@ def _check_setitem(self: Any, key: Any, value: Any, stream: Any = 0) -> None:
     handle = _array_handle(self, stream)
     operation = "assigning into a device array (x[...] = value)"
     if not _is_device(value):
-        _check_host_to_device(operation, handle)
+        guard_host_to_device(operation, handle)
         guard_allocation(operation, how=_NUMBA_TEMPORARY.format("the value"))
         return
     blockers = _stream_blockers(handle)

@@ -10,7 +10,9 @@ next replay on that stream.
 from __future__ import annotations
 
 import math
-from typing import Any
+import threading
+import warnings
+from typing import Any, Callable
 
 import numpy as np
 from numba import cuda
@@ -19,8 +21,11 @@ from . import _registry
 from ._registry import register_device_wrapper
 from ._registry import sessions as _sessions
 from .backend import active as _backend
-from .errors import ScalarValueError
-from .safety import guard_host_wait, guard_legacy_work
+from .errors import CaptureWarning, ScalarValueError
+from .safety import (
+    guard_allocation, guard_device_to_host, guard_host_to_device, guard_host_wait,
+    guard_legacy_work,
+)
 
 __all__ = ["DeviceScalar", "SCALAR_DTYPES"]
 
@@ -53,7 +58,7 @@ def _infer_dtype(value: Any) -> np.dtype:
 _NOT_NUMBERS = (np.timedelta64, np.datetime64)
 
 
-def _checker(dtype: np.dtype):
+def _checker(dtype: np.dtype) -> Callable[[Any], Any]:
     """A function that validates a Python value for ``dtype`` and returns it
     in a form numpy stores exactly."""
     if dtype.kind == "b":
@@ -161,6 +166,14 @@ class DeviceScalar:
         self._stream = cuda.default_stream() if stream is None else stream
         self._handle = _backend.stream_handle(self._stream)
         initial = np.array([self._check(value)], dtype)
+        if _sessions:
+            guard_allocation("ng.DeviceScalar()", self._handle)
+            guard_host_to_device(
+                "ng.DeviceScalar() on a capturing stream (it copies its first value "
+                "to the device)", self._handle,
+                "create the DeviceScalar before the capture begins, then record "
+                "the value it must have at each replay with scalar.update(value) "
+                "inside the capture")
         self._dev = cuda.to_device(initial, stream=self._stream)
         self._store = _backend.scalar_store(self._dev, dtype, self._handle)
 
@@ -189,6 +202,7 @@ class DeviceScalar:
                 self._handle, "DeviceScalar.update() on the legacy default stream"
             )
             self._store(value)
+            self._warn_if_meant_for_a_capture(value)
         else:
             session.keep(self)
             _backend.scalar_store_recorded(self._dev, value, self._dtype, self._handle)
@@ -196,11 +210,31 @@ class DeviceScalar:
     @property
     def value(self) -> Any:
         """The device value, read back after the stream's pending work."""
-        host = self._dev.copy_to_host(stream=self._stream)
         if _sessions:
+            guard_device_to_host(
+                "DeviceScalar.value", self._handle,
+                "read scalar.value after the graph has run, or record "
+                "scalar.update(value) in the capture to set it")
             guard_host_wait(self._handle, "DeviceScalar.value")
+        host = self._dev.copy_to_host(stream=self._stream)
         _backend.synchronize(self._handle)
         return host[0].item()
+
+    def _warn_if_meant_for_a_capture(self, value: Any) -> None:
+        """An update that ran at once while this thread captures on another
+        stream: the graph being captured does not hold it."""
+        me = threading.current_thread()
+        mine = [s for s in _registry.active() if s.thread is me]
+        if mine:
+            warnings.warn(
+                f"DeviceScalar.update({value!r}) ran at once on {self._stream!r}, the "
+                f"scalar's stream, and is not recorded into the capture on "
+                f"{mine[0].stream!r} that this thread is making: replays of that "
+                "graph will not set it. To record it, make the scalar on the "
+                "capturing stream (ng.DeviceScalar(..., stream=s)); to update it "
+                "at once, do so outside the capture",
+                CaptureWarning, stacklevel=3,
+            )
 
     def inner(self):
         """The numba device array behind the scalar, shape ``(1,)``."""

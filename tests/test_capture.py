@@ -369,3 +369,33 @@ def test_a_capture_holds_the_frees_of_its_streams_device():
             ng.abort_capture(s1)
     assert held == (before[0], before[1] + 1)
     assert (ctx0.deallocations._disable_count, ctx1.deallocations._disable_count) == before
+
+
+def test_a_capture_that_recorded_nothing_warns(stream, other_stream, kernels, warm_add):
+    x, one = warm_add
+    with pytest.warns(ng.CaptureWarning, match="recorded nothing.*another stream"):
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, other_stream](x, one)  # the wrong stream: runs at once
+    assert cap.graph.num_nodes == 0
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_a_scalar_of_another_stream_updated_during_a_capture_warns(stream, other_stream, kernels):
+    import warnings
+
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=other_stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        with pytest.warns(ng.CaptureWarning, match=r"update\(5.0\) ran at once .*not recorded"):
+            pos.update(5.0)
+        kernels.add[1, 32, stream](x, pos)
+    assert pos.value == 5.0  # it ran at once
+    # Outside a capture, or on the capturing stream, nothing is said.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pos.update(1.0)
+        own = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+        with ng.capture(stream):
+            own.update(2.0)

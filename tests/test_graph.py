@@ -1,4 +1,5 @@
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -28,9 +29,29 @@ def test_launch_on_another_stream(graph_and_array, other_stream, stream):
     graph, x = graph_and_array
     stream.synchronize()
     graph.upload(other_stream)
-    graph.launch(other_stream)
+    with pytest.warns(ng.CaptureWarning):  # its scalar is ordered on `stream`
+        graph.launch(other_stream)
     other_stream.synchronize()
     np.testing.assert_array_equal(x.copy_to_host(), 2.0)
+
+
+def test_a_launch_on_another_stream_than_its_scalars_warns_once(stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, pos)
+    stream.synchronize()
+    with pytest.warns(ng.CaptureWarning, match="updates are ordered on .*Launch on the scalars"):
+        cap.graph.launch(other_stream)
+    other_stream.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cap.graph.launch(other_stream)  # said once per stream
+        cap.graph.launch()  # the scalars' own stream
+    stream.synchronize()
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 4.0)
 
 
 def test_closed_graph_refuses_launch(graph_and_array):
