@@ -98,6 +98,46 @@ def test_list_names_every_suite(capsys):
     assert all(name in listed for name in SUITES)
 
 
+def _earlier_run(out, backend):
+    """A folder holding what a run on ``backend`` wrote: results.json,
+    results.md and the capture suite's plot."""
+    gpu = {"cuda": {"name": "NVIDIA H200"}, "simulator": {"name": "FakeCUDADevice"}}[backend]
+    doc = {"environment": {"numbagraph_backend": backend, "gpu": gpu},
+           "config": {"simulated": backend == "simulator"}, "suites": {}, "targets": []}
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "results.md").write_text("earlier tables\n")
+    (out / "capture.png").write_bytes(b"earlier plot")
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="only a simulator run is refused")
+def test_simulator_run_refuses_to_overwrite_a_gpu_run(tmp_path, capsys):
+    before = _earlier_run(tmp_path, "cuda")
+    with pytest.raises(SystemExit) as exc:
+        main(["--quick", "--suites", "capture", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "GPU run (NVIDIA H200)" in err
+    assert "results.json, results.md, capture.png" in err
+    assert "--force" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="only a simulator run is refused")
+def test_force_overwrites_a_gpu_run_from_the_simulator(tmp_path):
+    _earlier_run(tmp_path, "cuda")
+    assert main(["--quick", "--suites", "capture", "--out", str(tmp_path), "--force"]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["environment"]["numbagraph_backend"] == "simulator"
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="on a GPU the suites run at benchmark size")
+def test_a_simulator_run_overwrites_a_simulator_run(tmp_path):
+    _earlier_run(tmp_path, "simulator")
+    assert main(["--quick", "--suites", "capture", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "results.md").read_text() != "earlier tables\n"
+
+
 @pytest.mark.parametrize(
     "line, expected",
     [

@@ -15,11 +15,13 @@ import time
 import warnings
 from pathlib import Path
 
+import numbagraph as ng
+
 from . import SUITES
 from .core import Config, Context, SuiteResult
 from .environment import collect, describe
 from .peers import warm_up
-from .report import markdown_report, text_report, write_json, write_plots
+from .report import markdown_report, recorded_gpu_run, text_report, write_json, write_plots
 from .targets import evaluate
 
 __all__ = ["main"]
@@ -43,6 +45,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="also cProfile numbagraph's replay-loop step and capture "
                         "(writes profile.txt)")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    parser.add_argument("--force", action="store_true",
+                        help="on the simulator, overwrite results in --out that came "
+                        "from a GPU run")
     args = parser.parse_args(argv)
     names = []
     for item in args.suites or list(SUITES):
@@ -51,7 +56,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}")
     args.suites = list(dict.fromkeys(names))
+    if not args.list and not args.force:
+        _refuse_to_replace_gpu_results(parser, args)
     return args
+
+
+def _refuse_to_replace_gpu_results(parser: argparse.ArgumentParser,
+                                   args: argparse.Namespace) -> None:
+    """A simulator run must not overwrite a GPU run's figures: they are the
+    committed benchmark report, and the simulator's measure Python."""
+    gpu = recorded_gpu_run(args.out / "results.json")
+    if ng.backend() != "simulator" or gpu is None:
+        return
+    written = ["results.json", "results.md", "profile.txt",
+               *(f"{name}.png" for name in args.suites)]
+    found = [name for name in written if (args.out / name).exists()]
+    parser.error(
+        f"{args.out} holds results of a GPU run ({gpu}): {', '.join(found)}. This run "
+        "is on Numba's CUDA simulator and would overwrite them with timings of Python. "
+        "Write elsewhere with --out DIR, or pass --force to overwrite them."
+    )
 
 
 def _run_suite(ctx: Context, name: str) -> SuiteResult:

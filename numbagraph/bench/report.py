@@ -10,7 +10,7 @@ from typing import Any
 from .core import SuiteResult
 
 __all__ = ["pivot", "text_report", "markdown_report", "write_json", "write_plots",
-           "format_value"]
+           "format_value", "recorded_gpu_run"]
 
 
 def format_value(value: float, unit: str = "") -> str:
@@ -143,6 +143,21 @@ def write_json(path: Path, results: list[SuiteResult], targets: list[dict[str, A
         "targets": targets,
     }
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def recorded_gpu_run(path: Path) -> str | None:
+    """The GPU that the results in ``path`` (a results.json) were measured on,
+    or None when they came from the simulator, or there are none to read."""
+    try:
+        doc = json.loads(path.read_text())
+        env, config = doc.get("environment") or {}, doc.get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    backend = env.get("numbagraph_backend")
+    if backend == "simulator" or (backend is None and config.get("simulated", True)):
+        return None
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
+    return gpu.get("name") or "a GPU"
 
 
 def write_plots(out: Path, results: list[SuiteResult]) -> tuple[dict[str, str], str | None]:
