@@ -216,6 +216,29 @@ def in_kernel() -> bool:
     return False
 
 
+def compile_kernel(dispatcher: Any, args: tuple) -> None:
+    """numba's compile for a signature, typed as a launch types its arguments."""
+    if not isinstance(dispatcher, CUDADispatcher):
+        raise TypeError(
+            f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
+    types = []
+    for i, arg in enumerate(args):
+        try:
+            ty = dispatcher.typeof_pyval(arg)
+        except Exception:  # noqa: BLE001  numba's typing errors vary by version
+            ty = None
+        if ty is None or ty == numba_types.pyobject:
+            raise TypeError(
+                f"argument {i} of ng.precompile({_kernel_name(dispatcher)}, ...) is a "
+                f"{type(arg).__name__}, which numba cannot pass to a kernel")
+        types.append(ty)
+    dispatcher.compile(tuple(types))
+
+
+def _kernel_name(dispatcher: Any) -> str:
+    return getattr(getattr(dispatcher, "py_func", None), "__name__", "kernel")
+
+
 def frees_wait_for_device() -> bool:
     """numba's own memory manager frees with cuMemFree, which waits for the
     device; a plugged-in one may free in stream order."""

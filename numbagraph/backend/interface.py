@@ -137,6 +137,11 @@ class Backend(Protocol):
     def synchronize(self, handle: int) -> None:
         """Wait for the stream's work."""
 
+    def compile_kernel(self, dispatcher: Any, args: tuple) -> None:
+        """Compile the ``@cuda.jit`` kernel for arguments of the types of
+        ``args``, without launching it; TypeError, naming the problem, when
+        ``dispatcher`` is not a kernel or an argument cannot be passed to one."""
+
     def frees_wait_for_device(self) -> bool:
         """Whether freeing device memory waits for the device work that may
         use it: true of numba's own memory manager (cuMemFree waits for the
@@ -152,7 +157,7 @@ class Backend(Protocol):
 
     # ------------------------------------------------------------ capture
 
-    Recording: ClassVar[type[Recording]]
+    Recording: ClassVar[Callable[..., Recording]]
     Executable: ClassVar[type[Executable]]
 
     DEVICE_ARRAY_TYPES: ClassVar[tuple[type, ...]]
@@ -219,7 +224,7 @@ class Backend(Protocol):
 
     # ------------------------------------------------------------ conditionals
 
-    ConditionalNode: ClassVar[type[ConditionalNode]]
+    ConditionalNode: ClassVar[Callable[..., ConditionalNode]]
 
     def conditional_version(self) -> tuple[int, int]:
         """The CUDA version whose conditional nodes can be used."""

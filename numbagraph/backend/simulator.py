@@ -192,6 +192,14 @@ def in_kernel() -> bool:
     return isinstance(threading.current_thread(), BlockThread)
 
 
+def compile_kernel(dispatcher: Any, args: tuple) -> None:
+    """Simulated kernels run as Python: nothing to compile, only the kernel
+    to check."""
+    if not isinstance(dispatcher, FakeCUDAKernel):
+        raise TypeError(
+            f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
+
+
 def frees_wait_for_device() -> bool:
     """Simulated work is finished when its call returns."""
     return True
