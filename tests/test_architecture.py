@@ -18,8 +18,8 @@ LAYERS = [
     ("_patches", "graph"),
     ("capture",),
     ("scalar", "conditional", "alloc"),
-    ("ops",),
-    ("bench", "__init__"),
+    ("ops", "precompile"),
+    ("bench", "soak", "__init__"),
 ]
 
 

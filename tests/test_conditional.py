@@ -584,3 +584,37 @@ def test_a_block_on_a_condition_nothing_can_have_set_is_refused(stream, counter,
             count_while_below[1, 1, stream](counter, limit, cond)
     cap.graph.launch()
     assert counter.copy_to_host(stream=stream)[0] == 2
+
+
+def test_a_kernel_that_sets_a_condition_compiles_before_any_capture(stream):
+    @cuda.jit
+    def count_to(counter, limit, cond):
+        if cuda.grid(1) == 0:
+            counter[0] += 1
+            ng.set_condition(cond, counter[0] < limit[0])
+
+    counter = cuda.to_device(np.zeros(1, np.int32), stream=stream)
+    limit = scalar(4, stream)
+    ng.precompile(count_to, counter, limit, ng.Condition)
+    compiled = dict(getattr(count_to, "overloads", {}))
+    if ng.backend() != "simulator":
+        assert len(compiled) == 1
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_to[1, 1, stream](counter, limit, more)
+    # The launch in the capture found the compiled kernel.
+    assert dict(getattr(count_to, "overloads", {})) == compiled
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 4
+
+
+def test_precompile_names_what_it_cannot_compile():
+    with pytest.raises(TypeError, match="takes a @cuda.jit kernel"):
+        ng.precompile(print, 1)
+
+
+@pytest.mark.driver_only(reason="the simulator compiles nothing, so it types no argument")
+def test_precompile_names_an_argument_numba_cannot_pass():
+    with pytest.raises(TypeError, match="argument 1 .* numba cannot pass"):
+        ng.precompile(set_from, ng.Condition, object())
