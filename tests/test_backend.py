@@ -137,7 +137,7 @@ def test_numba_first_on_a_machine_without_a_device_says_what_to_do():
                     NUMBAGRAPH_BACKEND="simulator")
     if probe.stdout.strip() == "True":
         pytest.skip("a CUDA device answers here: numba's driver choice works")
-    done = _python("from numba import cuda; import numbagraph")
+    done = _python("from numba import cuda; import numbagraph", NUMBAGRAPH_BACKEND="auto")
     assert done.returncode != 0
     assert "no CUDA device answers" in done.stderr
     assert "NUMBA_ENABLE_CUDASIM=1" in done.stderr

@@ -53,10 +53,10 @@ def _check_numba_choice(wanted: str) -> None:
     from numba.cuda.core import config
 
     simulated = bool(config.ENABLE_CUDASIM)
+    # NUMBAGRAPH_BACKEND is no way out here: it acts only before numba.cuda loads.
     fix = (
         "import numbagraph before numba.cuda (numbagraph then picks the backend), "
-        "or set NUMBA_ENABLE_CUDASIM=1 (or NUMBAGRAPH_BACKEND=simulator) before "
-        "Python starts"
+        "or set NUMBA_ENABLE_CUDASIM=1 before Python starts"
     )
     if wanted == "simulator" and not simulated:
         raise ImportError(
