@@ -27,7 +27,25 @@ _patches.install()
 
 
 def backend() -> str:
-    """``"cuda"`` on the CUDA driver, ``"simulator"`` on Numba's simulator."""
+    """``"cuda"`` on the CUDA driver, ``"simulator"`` on Numba's simulator.
+
+    The backend is chosen once, before ``numba.cuda`` is imported: the
+    simulator where there is no GPU, or where ``NUMBAGRAPH_BACKEND=simulator``
+    or ``NUMBA_ENABLE_CUDASIM=1`` is set before Python starts. The whole API
+    behaves the same on both.
+
+    Returns
+    -------
+    str
+        ``"cuda"`` or ``"simulator"``.
+
+    Examples
+    --------
+    ```python
+    if ng.backend() == "simulator":
+        print("no GPU: kernels run on Numba's CUDA simulator")
+    ```
+    """
     return _backend.NAME
 
 

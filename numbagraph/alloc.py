@@ -34,9 +34,37 @@ def _shape(shape: Shape) -> tuple[int, ...]:
 def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """A new C-contiguous device array, uninitialised.
 
-    Example::
+    Parameters
+    ----------
+    shape
+        An int, or a tuple of ints.
+    dtype
+        Any NumPy dtype.
+    stream
+        The stream the allocation is made for.
 
-        out = ng.empty((4, 1024), np.float32)
+    Returns
+    -------
+    DeviceNDArray
+        A numba device array.
+
+    Raises
+    ------
+    OpError
+        ``shape`` is not a non-negative integer or a tuple of them.
+    TypeError
+        ``dtype`` is not a NumPy dtype, or ``stream`` is not a stream.
+    AllocationInCaptureError
+        This thread may not allocate now: it runs a "thread_local" or
+        "global" capture, or any thread runs a "global" one, or ``stream``
+        captures outside numbagraph. Nothing is allocated, and the captures
+        that forbid it are ended.
+
+    Examples
+    --------
+    ```python
+    out = ng.empty((4, 1024), np.float32)
+    ```
     """
     shape, dtype = _shape(shape), np.dtype(dtype)
     guard_allocation("ng.empty()", _backend.stream_handle(stream))
@@ -46,9 +74,40 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
 def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """A new C-contiguous device array of zeros, filled on ``stream``.
 
-    Example::
+    Parameters
+    ----------
+    shape
+        An int, or a tuple of ints.
+    dtype
+        Any NumPy dtype.
+    stream
+        The stream the zeros are written on; not a capturing one.
 
-        cache = ng.zeros((max_len, dim), np.float32, stream=s)
+    Returns
+    -------
+    DeviceNDArray
+        A numba device array.
+
+    Raises
+    ------
+    OpError
+        ``shape`` is not a non-negative integer or a tuple of them; or
+        ``stream`` captures, so the fill would be recorded into the graph
+        instead of run: pass another stream, or allocate with
+        [empty][numbagraph.empty] and record
+        [fill_into][numbagraph.fill_into] to zero it at every replay.
+    TypeError
+        ``dtype`` is not a NumPy dtype, or ``stream`` is not a stream.
+    AllocationInCaptureError
+        As [empty][numbagraph.empty]: this thread may not allocate now.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+
+    Examples
+    --------
+    ```python
+    cache = ng.zeros((max_len, dim), np.float32, stream=s)
+    ```
     """
     shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
     guard_allocation("ng.zeros()", handle)
@@ -78,9 +137,32 @@ def _like(a: Any) -> tuple[tuple[int, ...], np.dtype]:
 def empty_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
     """An uninitialised device array with ``a``'s shape and dtype (or ``dtype``).
 
-    Example::
+    Parameters
+    ----------
+    a
+        Anything with ``shape`` and ``dtype``: a device or NumPy array.
+    dtype
+        The new array's dtype; ``a``'s when None.
+    stream
+        The stream the allocation is made for.
 
-        out = ng.empty_like(x)
+    Returns
+    -------
+    DeviceNDArray
+        A numba device array.
+
+    Raises
+    ------
+    OpError
+        ``a`` has no ``shape`` and ``dtype``.
+    AllocationInCaptureError
+        As [empty][numbagraph.empty]: this thread may not allocate now.
+
+    Examples
+    --------
+    ```python
+    out = ng.empty_like(x)
+    ```
     """
     shape, own = _like(a)
     return empty(shape, own if dtype is None else dtype, stream=stream)
@@ -89,9 +171,34 @@ def empty_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
 def zeros_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
     """A device array of zeros with ``a``'s shape and dtype (or ``dtype``).
 
-    Example::
+    Parameters
+    ----------
+    a
+        Anything with ``shape`` and ``dtype``: a device or NumPy array.
+    dtype
+        The new array's dtype; ``a``'s when None.
+    stream
+        The stream the zeros are written on; not a capturing one.
 
-        grad = ng.zeros_like(w, stream=s)
+    Returns
+    -------
+    DeviceNDArray
+        A numba device array.
+
+    Raises
+    ------
+    OpError
+        ``a`` has no ``shape`` and ``dtype``, or ``stream`` captures.
+    AllocationInCaptureError
+        As [empty][numbagraph.empty]: this thread may not allocate now.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+
+    Examples
+    --------
+    ```python
+    grad = ng.zeros_like(w, stream=s)
+    ```
     """
     shape, own = _like(a)
     return zeros(shape, own if dtype is None else dtype, stream=stream)

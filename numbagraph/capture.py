@@ -39,7 +39,32 @@ CAPTURE_MODES = ("global", "thread_local", "relaxed")
 
 
 def is_capturing(stream: Any) -> bool:
-    """Whether ``stream`` is capturing, by numbagraph or by anyone else."""
+    """Whether ``stream`` is capturing, by numbagraph or by anyone else.
+
+    Parameters
+    ----------
+    stream
+        A numba or cuda.core stream, an object with ``__cuda_stream__``, or
+        0, 1 or 2 (the default, legacy default and per-thread default
+        streams).
+
+    Returns
+    -------
+    bool
+        False for the legacy default stream, which never captures.
+
+    Raises
+    ------
+    TypeError
+        ``stream`` is not a stream.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s):
+        assert ng.is_capturing(s)
+    ```
+    """
     handle = _backend.stream_handle(stream)
     if handle in LEGACY_DEFAULT_HANDLES:
         # It never captures, and asking the driver about it while another
@@ -49,10 +74,46 @@ def is_capturing(stream: Any) -> bool:
 
 
 def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
-    """Start recording the work enqueued on ``stream``; see :func:`capture`.
+    """Start recording the work enqueued on ``stream``; see
+    [capture][numbagraph.capture.capture].
 
     Prefer the ``with ng.capture(stream)`` form, which also ends the capture
     when the block raises.
+
+    Parameters
+    ----------
+    stream
+        The stream to capture: a numba or cuda.core stream, or an object
+        with ``__cuda_stream__``.
+    mode
+        Where the calls CUDA deems unsafe during capture (allocation,
+        pinning host memory) are refused: ``"global"`` (on every thread),
+        ``"thread_local"`` (on this thread; the default) or ``"relaxed"``
+        (nowhere); one of [CAPTURE_MODES][numbagraph.CAPTURE_MODES].
+
+    Raises
+    ------
+    ValueError
+        ``mode`` is not one of [CAPTURE_MODES][numbagraph.CAPTURE_MODES].
+    TypeError
+        ``stream`` is not a stream.
+    CaptureStateError
+        ``stream`` is the legacy default stream, which CUDA forbids
+        capturing; or it already captures: captures do not nest on one
+        stream, so a capture numbagraph began there is ended, its graph
+        discarded.
+    CaptureError
+        The driver could not begin the capture (a driver
+        ``CUDA_ERROR_STREAM_CAPTURE_*`` error is raised as the matching
+        subclass).
+
+    Examples
+    --------
+    ```python
+    ng.begin_capture(s)
+    step[4, 256, s](x, pos)
+    graph = ng.end_capture(s)
+    ```
     """
     if mode not in CAPTURE_MODES:
         raise ValueError(
@@ -129,8 +190,53 @@ def _session_to_end(stream: Any) -> _registry.Session:
 def end_capture(stream: Any) -> CapturedGraph:
     """Stop recording on ``stream`` and return the instantiated graph.
 
-    Raises CaptureInvalidatedError, with no graph, when an operation refused
-    during the capture ended it.
+    Parameters
+    ----------
+    stream
+        The capturing stream, as given to
+        [begin_capture][numbagraph.begin_capture].
+
+    Returns
+    -------
+    CapturedGraph
+        The graph of everything recorded on ``stream`` since the capture
+        began.
+
+    Raises
+    ------
+    TypeError
+        ``stream`` is not a stream.
+    CaptureStateError
+        ``stream`` is not capturing; or another thread began its capture in
+        mode "thread_local" or "global", and CUDA lets only that thread end
+        it (the capture is then ended, its graph discarded); or another
+        thread ended the capture meanwhile.
+    CaptureInvalidatedError
+        With no graph, when an operation refused during the capture ended
+        it, on this thread or another.
+    ConditionalError
+        The capture ends inside a conditional block, a block could not be
+        recorded, or a Condition made in it drives no block; the capture is
+        discarded.
+    CaptureError
+        The capture failed and was discarded (a driver
+        ``CUDA_ERROR_STREAM_CAPTURE_*`` error is raised as the matching
+        subclass). The stream is usable and a new capture may begin.
+
+    Warns
+    -----
+    CaptureWarning
+        The capture recorded nothing: the work was most likely launched on
+        another stream.
+
+    Examples
+    --------
+    ```python
+    ng.begin_capture(s)
+    step[4, 256, s](x, pos)
+    graph = ng.end_capture(s)
+    graph.launch()
+    ```
     """
     session = _session_to_end(stream)
     # Under the lock, this thread alone ends the capture (a "relaxed" one may
@@ -142,6 +248,7 @@ def end_capture(stream: Any) -> CapturedGraph:
                 f"the capture on {stream!r} was ended by another thread while "
                 "this one ended it; there is no graph"
             )
+        failure: Exception | None
         try:
             # CUDA refuses to instantiate while another capture is active;
             # the graph then instantiates on first use.
@@ -181,18 +288,30 @@ def abort_capture(stream: Any) -> None:
     is made, and the stream is usable at once. What the ``with ng.capture``
     block does when its body raises.
 
-    Raises CaptureStateError when the stream is not capturing, or when
-    another thread began the capture in mode "thread_local" or "global"
-    (CUDA lets only that thread end it); the capture is left as it was.
+    Parameters
+    ----------
+    stream
+        The capturing stream.
 
-    Example::
+    Raises
+    ------
+    TypeError
+        ``stream`` is not a stream.
+    CaptureStateError
+        When the stream is not capturing, or when another thread began the
+        capture in mode "thread_local" or "global" (CUDA lets only that
+        thread end it); the capture is left as it was.
 
-        ng.begin_capture(s)
-        try:
-            step[4, 256, s](x, pos)
-        except Exception:
-            ng.abort_capture(s)
-            raise
+    Examples
+    --------
+    ```python
+    ng.begin_capture(s)
+    try:
+        step[4, 256, s](x, pos)
+    except Exception:
+        ng.abort_capture(s)
+        raise
+    ```
     """
     handle = _backend.stream_handle(stream)
     session = _registry.on(handle)
@@ -217,19 +336,54 @@ class capture:
     ``"relaxed"`` (nowhere). In every mode, calls that would break the
     capture itself (synchronising it, host copies on it, host arrays passed
     to its kernels, work on the legacy default stream) raise a
-    :class:`~numbagraph.errors.UncapturableOperationError` and end it.
+    [UncapturableOperationError][numbagraph.UncapturableOperationError] and
+    end it.
 
     If the block raises, the capture is discarded, the stream is left usable
     and the exception propagates; a driver ``CUDA_ERROR_STREAM_CAPTURE_*``
-    error is translated into the matching :class:`CaptureError`.
+    error is translated into the matching
+    [CaptureError][numbagraph.CaptureError].
 
-    Example::
+    Parameters
+    ----------
+    stream
+        The stream to capture: a numba or cuda.core stream, or an object
+        with ``__cuda_stream__``.
+    mode
+        Where the calls CUDA deems unsafe during capture (allocation,
+        pinning host memory) are refused: ``"global"`` (on every thread),
+        ``"thread_local"`` (on this thread; the default) or ``"relaxed"``
+        (nowhere); one of [CAPTURE_MODES][numbagraph.CAPTURE_MODES].
 
-        step[4, 256, s](x, pos)          # compile outside capture
-        with ng.capture(s) as cap:
-            for _ in range(10):
-                step[4, 256, s](x, pos)  # recorded, not run
-        cap.graph.launch()               # all 10 in one submission
+    Raises
+    ------
+    ValueError
+        Entering the block: ``mode`` is not one of
+        [CAPTURE_MODES][numbagraph.CAPTURE_MODES].
+    TypeError
+        Entering the block: ``stream`` is not a stream.
+    CaptureStateError
+        Entering the block, as [begin_capture][numbagraph.begin_capture]
+        says; leaving it, as [end_capture][numbagraph.end_capture] says.
+    CaptureInvalidatedError
+        Leaving the block, with no graph: an operation refused during the
+        capture ended it.
+    ConditionalError
+        Leaving the block, as [end_capture][numbagraph.end_capture] says.
+    CaptureError
+        The capture could not begin or failed as it ended; a driver
+        ``CUDA_ERROR_STREAM_CAPTURE_*`` error raised in the block is raised
+        as the matching subclass.
+
+    Examples
+    --------
+    ```python
+    step[4, 256, s](x, pos)          # compile outside capture
+    with ng.capture(s) as cap:
+        for _ in range(10):
+            step[4, 256, s](x, pos)  # recorded, not run
+    cap.graph.launch()               # all 10 in one submission
+    ```
     """
 
     def __init__(self, stream: Any, *, mode: str = "thread_local"):
@@ -239,7 +393,13 @@ class capture:
 
     @property
     def graph(self) -> CapturedGraph:
-        """The captured graph, once the block has ended."""
+        """The captured graph, once the block has ended.
+
+        Raises
+        ------
+        CaptureError
+            The block has not ended, or it raised and made no graph.
+        """
         if self._graph is None:
             raise CaptureError("the graph exists once the `with ng.capture(...)` block ends")
         return self._graph

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numbers
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from . import _registry
 from .backend import active as _backend
@@ -43,25 +43,33 @@ __all__ = [
 ]
 
 IF_WHILE_CUDA = (12, 3)
-"""The CUDA version that introduced conditional nodes (if and while)."""
+"""The CUDA version that introduced conditional nodes (if and while):
+[Condition][numbagraph.Condition], [while_loop][numbagraph.while_loop] and
+[if_then][numbagraph.if_then] need it."""
 
 ELSE_SWITCH_CUDA = (12, 8)
-"""The CUDA version that added if/else and switch nodes."""
+"""The CUDA version that added if/else and switch nodes:
+[if_else][numbagraph.if_else] and [switch][numbagraph.switch] need it."""
 
 _UINT32_MAX = 2**32 - 1
 
 set_condition = _backend.set_condition
 """``ng.set_condition(cond, value)``, called from a kernel: set the
-:class:`Condition` the kernel was given to ``value`` (an unsigned 32-bit
-integer or a bool; non-zero is true). A graph node reading the condition
-afterwards sees the new value.
+[Condition][numbagraph.Condition] the kernel was given to ``value`` (an
+unsigned 32-bit integer or a bool; non-zero is true). A graph node reading
+the condition afterwards sees the new value.
 
-Example::
+It runs on the device, inside the kernel, and raises nothing on the host; on
+the simulator, ``cond`` that is not a Condition's handle raises TypeError.
 
-    @cuda.jit
-    def keep_going(counter, limit, cond):
-        if cuda.grid(1) == 0:
-            ng.set_condition(cond, counter[0] < limit)
+Examples
+--------
+```python
+@cuda.jit
+def keep_going(counter, limit, cond):
+    if cuda.grid(1) == 0:
+        ng.set_condition(cond, counter[0] < limit)
+```
 """
 
 
@@ -211,24 +219,42 @@ class Condition:
 
     Make it inside a capture, pass it to kernels as an argument (they receive
     a handle and call ``ng.set_condition(cond, value)``), and open one block
-    with it: :func:`while_loop`, :func:`if_then`, :func:`if_else` or
-    :func:`switch`.
+    with it: [while_loop][numbagraph.while_loop], [if_then][numbagraph.if_then],
+    [if_else][numbagraph.if_else] or [switch][numbagraph.switch].
 
     ``default`` is assigned as each launch of the graph starts. With
     ``default=None`` the value is not reset between launches, so a kernel
     must set it before the conditional node reads it.
 
-    Example::
+    Parameters
+    ----------
+    default
+        An unsigned 32-bit int or a bool, or None.
+    stream
+        The capturing stream; needed only while this thread has several
+        captures in progress.
 
-        with ng.capture(s) as cap:
-            more = ng.Condition(default=1)
-            with ng.while_loop(more):
-                sweep[grid, block, s](u, residual, more)
+    Raises
+    ------
+    TypeError
+        ``default`` is not an int, a bool or None.
+    ValueError
+        ``default`` is outside 0..2**32-1.
+    ConditionalError
+        No capture is in progress on this thread (or ``stream`` does not
+        capture), this thread has several captures and ``stream`` was not
+        given, the CUDA in use is older than
+        [IF_WHILE_CUDA][numbagraph.IF_WHILE_CUDA], or the driver could not
+        make the condition. Nothing was recorded.
 
-    Args:
-        default: an unsigned 32-bit int or a bool, or None.
-        stream: the capturing stream; needed only while this thread has
-            several captures in progress.
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            sweep[grid, block, s](u, residual, more)
+    ```
     """
 
     __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "_passed", "__weakref__")
@@ -361,7 +387,33 @@ class ConditionalBlock:
     launched on the capture stream inside it into that body.
 
     Each block records once, where its node was made (directly in the
-    capture, or in the block the node was made in).
+    capture, or in the block the node was made in). Blocks are returned by
+    [while_loop][numbagraph.while_loop], [if_then][numbagraph.if_then],
+    [if_else][numbagraph.if_else] and [switch][numbagraph.switch], not made
+    directly.
+
+    Raises
+    ------
+    ConditionalError
+        On entering: the block was recorded already, it is opened somewhere
+        other than where its node was made, its Condition's capture has
+        ended, or the node or body could not be added. On leaving: the body
+        could not be recorded (it held work that involves the host), or a
+        while loop's body never passed its Condition to a kernel.
+    CaptureInvalidatedError
+        Adding, opening or closing the body failed and the capture could not
+        be resumed after it: the capture has been ended and its graph
+        discarded.
+
+    Examples
+    --------
+    ```python
+    then, orelse = ng.if_else(cond)
+    with then:
+        grow[1, 32, s](x)
+    with orelse:
+        shrink[1, 32, s](x)
+    ```
     """
 
     __slots__ = ("_conditional", "_index", "_name", "_frame")
@@ -399,7 +451,7 @@ class ConditionalBlock:
         blocks.stack.append(self._frame)
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         frame, self._frame = self._frame, None
         blocks = self._conditional.blocks
         if frame is None or frame not in blocks.stack:
@@ -441,12 +493,37 @@ def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
     ``ng.set_condition`` to end the loop. ``stream``, if given, must be the
     capture stream.
 
-    Example::
+    Parameters
+    ----------
+    cond
+        The loop's condition, made in this capture and driving no other block.
+    stream
+        The capture stream; by default, that of ``cond``.
 
-        with ng.capture(s) as cap:
-            more = ng.Condition(default=1)
-            with ng.while_loop(more):
-                step[1, 32, s](x, more)     # sets more to 0 when done
+    Returns
+    -------
+    ConditionalBlock
+        The loop's body, to open with ``with``.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a [Condition][numbagraph.Condition].
+    ConditionalError
+        ``cond``'s capture has ended, ``cond`` was made inside a block that
+        has ended, ``cond`` already drives a block, or ``stream`` is not the
+        capture stream of ``cond``.
+        Opening and closing the body raise as
+        [ConditionalBlock][numbagraph.ConditionalBlock] says.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            step[1, 32, s](x, more)     # sets more to 0 when done
+    ```
     """
     conditional = _Conditional(cond, "while", 1, "ng.while_loop", stream)
     return ConditionalBlock(conditional, 0, "the body of an ng.while_loop")
@@ -455,13 +532,39 @@ def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
 def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
     """Record the block into a branch the GPU runs when ``cond`` is non-zero.
 
-    Example::
+    Parameters
+    ----------
+    cond
+        The branch's condition, made in this capture and driving no other
+        block.
+    stream
+        The capture stream; by default, that of ``cond``.
 
-        with ng.capture(s) as cap:
-            flagged = ng.Condition(default=0)
-            check[1, 1, s](x, flagged)      # sets flagged
-            with ng.if_then(flagged):
-                repair[1, 32, s](x)
+    Returns
+    -------
+    ConditionalBlock
+        The branch's body, to open with ``with``.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a [Condition][numbagraph.Condition].
+    ConditionalError
+        ``cond``'s capture has ended, ``cond`` was made inside a block that
+        has ended, ``cond`` already drives a block, or ``stream`` is not the
+        capture stream of ``cond``.
+        Opening and closing the body raise as
+        [ConditionalBlock][numbagraph.ConditionalBlock] says.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        flagged = ng.Condition(default=0)
+        check[1, 1, s](x, flagged)      # sets flagged
+        with ng.if_then(flagged):
+            repair[1, 32, s](x)
+    ```
     """
     conditional = _Conditional(cond, "if", 1, "ng.if_then", stream)
     return ConditionalBlock(conditional, 0, "the body of an ng.if_then")
@@ -472,13 +575,44 @@ def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, C
     non-zero, the second when it is zero. The node takes its place in the
     capture here; open each block (in any order) with ``with``. Needs CUDA 12.8.
 
-    Example::
+    Parameters
+    ----------
+    cond
+        The node's condition, made in this capture and driving no other
+        block.
+    stream
+        The capture stream; by default, that of ``cond``.
 
-        then, orelse = ng.if_else(cond)
-        with then:
-            grow[1, 32, s](x)
-        with orelse:
-            shrink[1, 32, s](x)
+    Returns
+    -------
+    tuple[ConditionalBlock, ConditionalBlock]
+        The then block and the else block.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a [Condition][numbagraph.Condition].
+    ConditionalError
+        ``cond``'s capture has ended, ``cond`` was made inside a block that
+        has ended, ``cond`` already drives a block, or ``stream`` is not the
+        capture stream of ``cond``.
+        Also: the CUDA in use is older than
+        [ELSE_SWITCH_CUDA][numbagraph.ELSE_SWITCH_CUDA], or the node could
+        not be added. Opening and closing the blocks raise as
+        [ConditionalBlock][numbagraph.ConditionalBlock] says.
+    CaptureInvalidatedError
+        Adding the node failed and the capture could not be resumed after
+        it: the capture has been ended and its graph discarded.
+
+    Examples
+    --------
+    ```python
+    then, orelse = ng.if_else(cond)
+    with then:
+        grow[1, 32, s](x)
+    with orelse:
+        shrink[1, 32, s](x)
+    ```
     """
     _require_cuda(ELSE_SWITCH_CUDA, "ng.if_else")
     conditional = _Conditional(cond, "if", 2, "ng.if_else", stream)
@@ -494,12 +628,46 @@ def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalB
     ``cond >= n``). The node takes its place in the capture here; open each
     block with ``with``. Needs CUDA 12.8.
 
-    Example::
+    Parameters
+    ----------
+    cond
+        The node's condition, made in this capture and driving no other
+        block: the index of the body to run.
+    n
+        How many bodies, 1 or more.
+    stream
+        The capture stream; by default, that of ``cond``.
 
-        cases = ng.switch(mode, 3)
-        for k, case in enumerate(cases):
-            with case:
-                kernels[k][1, 32, s](x)
+    Returns
+    -------
+    tuple[ConditionalBlock, ...]
+        The ``n`` bodies, in order.
+
+    Raises
+    ------
+    ValueError
+        ``n`` is not a whole number of cases >= 1.
+    TypeError
+        ``cond`` is not a [Condition][numbagraph.Condition].
+    ConditionalError
+        ``cond``'s capture has ended, ``cond`` was made inside a block that
+        has ended, ``cond`` already drives a block, ``stream`` is not the
+        capture stream of ``cond``, the CUDA in use is older than
+        [ELSE_SWITCH_CUDA][numbagraph.ELSE_SWITCH_CUDA], or the node could
+        not be added. Opening and closing the bodies raise as
+        [ConditionalBlock][numbagraph.ConditionalBlock] says.
+    CaptureInvalidatedError
+        Adding the node failed and the capture could not be resumed after
+        it: the capture has been ended and its graph discarded.
+
+    Examples
+    --------
+    ```python
+    cases = ng.switch(mode, 3)
+    for k, case in enumerate(cases):
+        with case:
+            kernels[k][1, 32, s](x)
+    ```
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"ng.switch needs a whole number of cases >= 1, not {n!r}")

@@ -88,18 +88,19 @@ class ForeignStreamInCaptureError(UncapturableOperationError):
 
 
 class GraphClosedError(NumbagraphError, RuntimeError):
-    """A graph was used after :meth:`CapturedGraph.close`."""
+    """A graph was used after
+    [CapturedGraph.close][numbagraph.CapturedGraph.close]."""
 
 
 class ScalarValueError(NumbagraphError, ValueError):
-    """A value does not fit a :class:`DeviceScalar`'s dtype.
+    """A value does not fit a [DeviceScalar][numbagraph.DeviceScalar]'s dtype.
 
     The device value is left unchanged.
     """
 
 
 class OpError(NumbagraphError, ValueError, TypeError):
-    """A :mod:`numbagraph.ops` call was given operands it cannot take: a
+    """A [numbagraph.ops][] call was given operands it cannot take: a
     shape, dtype or layout that does not fit, a host array, a bad stream.
 
     Raised in Python before anything is launched or recorded, so a wrong call
@@ -190,7 +191,7 @@ _DRIVER_CODES = dict(zip(range(900, 909), _DRIVER_CAPTURE_ERRORS))
 _DRIVER_NAME = re.compile(r"CUDA_ERROR_STREAM_CAPTURE_([A-Z_]+)")
 
 
-def _driver_capture_code(exc: BaseException) -> str | None:
+def _driver_capture_code(exc: BaseException | None) -> str | None:
     seen = 0
     while exc is not None and seen < 8:
         for attr in ("code", "result"):

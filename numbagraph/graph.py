@@ -78,7 +78,9 @@ class _ClosedLaunchers(dict):
 
 
 class CapturedGraph:
-    """An instantiated CUDA graph recorded by :func:`numbagraph.capture`.
+    """An instantiated CUDA graph recorded by
+    [capture][numbagraph.capture.capture] or
+    [end_capture][numbagraph.end_capture]; not made directly.
 
     ``launch()`` replays every recorded launch as one submission on the stream
     the graph was captured on (or another one). The graph holds a reference
@@ -88,14 +90,16 @@ class CapturedGraph:
     While any capture is in progress the freeing waits for the last one to
     end, because destroying a graph or freeing memory can break a capture.
 
-    Example::
-
-        with ng.capture(s) as cap:
-            step[4, 256, s](x, pos)
-        with cap.graph as graph:
-            for t in range(100):
-                pos.update(t)
-                graph.launch()
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        step[4, 256, s](x, pos)
+    with cap.graph as graph:
+        for t in range(100):
+            pos.update(t)
+            graph.launch()
+    ```
     """
 
     def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list):
@@ -124,7 +128,42 @@ class CapturedGraph:
         return self._handle if stream is None else _backend.stream_handle(stream)
 
     def launch(self, stream: Any = None) -> None:
-        """Replay the graph on ``stream`` (default: the capture stream)."""
+        """Replay the graph on ``stream`` (default: the capture stream).
+
+        Parameters
+        ----------
+        stream
+            The stream to replay on; the capture stream when None.
+
+        Raises
+        ------
+        TypeError
+            ``stream`` is not a stream.
+        GraphClosedError
+            The graph was closed.
+        UncapturableOperationError
+            ``stream`` captures (CUDA does not record a graph launch into a
+            capture), or the graph, captured while another capture was
+            active, must be instantiated now and a capture forbids it; the
+            capture that forbids it is ended.
+        ForeignStreamInCaptureError
+            ``stream`` is the legacy default stream while a stream captures.
+
+        Warns
+        -----
+        CaptureWarning
+            ``stream`` is not the stream the updates of the graph's
+            DeviceScalars are ordered on, so the replay may read an older
+            value.
+
+        Examples
+        --------
+        ```python
+        for t in range(100):
+            pos.update(t)
+            graph.launch()
+        ```
+        """
         handle = self._handle if stream is None else _backend.stream_handle(stream)
         if _captures:
             guard_graph_launch(handle, "graph.launch()")
@@ -162,7 +201,27 @@ class CapturedGraph:
 
     def upload(self, stream: Any = None) -> None:
         """Upload the graph to the device ahead of its first launch, so that
-        launch does not pay for it."""
+        launch does not pay for it.
+
+        Parameters
+        ----------
+        stream
+            The stream to upload on; the capture stream when None.
+
+        Raises
+        ------
+        TypeError
+            ``stream`` is not a stream.
+        GraphClosedError
+            The graph was closed.
+        UncapturableOperationError
+            ``stream`` captures (CUDA does not record a graph launch into a
+            capture), or the graph, captured while another capture was
+            active, must be instantiated now and a capture forbids it; the
+            capture that forbids it is ended.
+        ForeignStreamInCaptureError
+            ``stream`` is the legacy default stream while a stream captures.
+        """
         handle = self._target(stream)
         if _captures:
             guard_graph_launch(handle, "graph.upload()")
@@ -171,7 +230,33 @@ class CapturedGraph:
     def update(self, other: "CapturedGraph") -> None:
         """Take the kernel arguments and scalars of ``other``, a graph of the
         same shape (same kernels and launch configurations in the same
-        order), without re-instantiating. ``other`` stays usable."""
+        order), without re-instantiating. ``other`` stays usable.
+
+        Parameters
+        ----------
+        other
+            A graph captured from the same sequence of kernels and launch
+            configurations.
+
+        Raises
+        ------
+        TypeError
+            ``other`` is not a CapturedGraph.
+        GraphClosedError
+            This graph or ``other`` was closed.
+        NumbagraphError
+            The graphs differ in shape; capture a new graph instead.
+        UncapturableOperationError
+            This graph must be instantiated now and a capture forbids it.
+
+        Examples
+        --------
+        ```python
+        with ng.capture(s) as cap:
+            step[4, 256, s](y, pos)      # same kernel, another array
+        graph.update(cap.graph)          # graph now runs on y
+        ```
+        """
         if not isinstance(other, CapturedGraph):
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
         executable, source = self._instantiated(), other._executable()
@@ -190,17 +275,27 @@ class CapturedGraph:
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is
-        active). Launching it afterwards raises GraphClosedError."""
+        active). Launching it afterwards raises GraphClosedError.
+
+        Closing a closed graph does nothing; ``close`` raises nothing.
+        """
         self._launchers = _ClosedLaunchers()
         self._res.release()
 
     @property
     def closed(self) -> bool:
+        """Whether the graph was closed."""
         return self._res.executable is None
 
     @property
     def num_nodes(self) -> int:
-        """How many nodes the graph holds (one per kernel launch or memset)."""
+        """How many nodes the graph holds (one per kernel launch or memset).
+
+        Raises
+        ------
+        GraphClosedError
+            The graph was closed.
+        """
         return self._executable().num_nodes
 
     @property

@@ -37,17 +37,29 @@ def precompile(kernel: Any, *args: Any) -> None:
     condition. Only the arguments' types matter. Under the simulator, kernels
     run as Python and there is nothing to compile.
 
-    Example::
+    Parameters
+    ----------
+    kernel
+        A ``@cuda.jit`` kernel.
+    *args
+        Arguments like those the capture will pass, or ``ng.Condition``
+        where the kernel takes a condition.
 
-        ng.precompile(count_while_below, counter, limit, ng.Condition)
-        with ng.capture(s) as cap:
-            more = ng.Condition(default=1)
-            with ng.while_loop(more):
-                count_while_below[1, 1, s](counter, limit, more)
+    Raises
+    ------
+    TypeError
+        ``kernel`` is not a ``@cuda.jit`` kernel, or an argument has no type
+        numba can pass to a kernel.
 
-    Raises:
-        TypeError: ``kernel`` is not a ``@cuda.jit`` kernel, or an argument
-            has no type numba can pass to a kernel.
+    Examples
+    --------
+    ```python
+    ng.precompile(count_while_below, counter, limit, ng.Condition)
+    with ng.capture(s) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, s](counter, limit, more)
+    ```
     """
     stand_ins = tuple(_stand_in(arg) for arg in args)
     _backend.compile_kernel(kernel, stand_ins)

@@ -135,18 +135,40 @@ class DeviceScalar:
     Inside a capture on the scalar's stream, ``update`` is recorded instead:
     every replay then sets the scalar to that value at that point.
 
-    Example::
+    Parameters
+    ----------
+    value
+        The initial value.
+    dtype
+        bool, int8..int64, uint8..uint64, float16, float32 or float64
+        ([SCALAR_DTYPES][numbagraph.SCALAR_DTYPES]); inferred from ``value``
+        when omitted (int -> int64, float -> float64).
+    stream
+        The stream updates are ordered on; the default stream if omitted.
 
-        pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
-        for t in range(n_tokens):
-            pos.update(t)
-            graph.launch()
+    Raises
+    ------
+    TypeError
+        ``dtype`` is omitted and cannot be inferred from ``value``, or
+        ``stream`` is not a stream.
+    ScalarValueError
+        ``dtype`` is not one of [SCALAR_DTYPES][numbagraph.SCALAR_DTYPES],
+        or ``value`` does not fit it.
+    AllocationInCaptureError
+        A capture forbids this thread to allocate now: make the scalar
+        before the capture begins.
+    HostCopyInCaptureError
+        ``stream`` captures, so the first value could not be copied to the
+        device.
 
-    Args:
-        value: the initial value.
-        dtype: bool, int8..int64, uint8..uint64, float16, float32 or float64;
-            inferred from ``value`` when omitted (int -> int64, float -> float64).
-        stream: the stream updates are ordered on; the default stream if omitted.
+    Examples
+    --------
+    ```python
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+    for t in range(n_tokens):
+        pos.update(t)
+        graph.launch()
+    ```
     """
 
     __slots__ = (
@@ -179,6 +201,7 @@ class DeviceScalar:
 
     @property
     def dtype(self) -> np.dtype:
+        """The NumPy dtype of the value."""
         return self._dtype
 
     @property
@@ -189,8 +212,32 @@ class DeviceScalar:
     def update(self, value: Any) -> None:
         """Set the device value, ordered on the scalar's stream.
 
-        Raises ScalarValueError, leaving the device value unchanged, when
-        ``value`` does not fit the dtype.
+        Parameters
+        ----------
+        value
+            The new value, a Python or NumPy number that fits the dtype.
+
+        Raises
+        ------
+        ScalarValueError
+            Leaving the device value unchanged, when ``value`` does not fit
+            the dtype.
+        ForeignStreamInCaptureError
+            The scalar's stream is the legacy default stream while a stream
+            captures.
+
+        Warns
+        -----
+        CaptureWarning
+            The update ran at once, on the scalar's stream, while this
+            thread captures on another stream: the graph does not hold it.
+
+        Examples
+        --------
+        ```python
+        pos.update(t)
+        graph.launch()      # reads t
+        ```
         """
         value = self._check(value)
         if not _sessions:
@@ -209,7 +256,15 @@ class DeviceScalar:
 
     @property
     def value(self) -> Any:
-        """The device value, read back after the stream's pending work."""
+        """The device value, read back after the stream's pending work.
+
+        Raises
+        ------
+        HostCopyInCaptureError
+            The scalar's stream captures, so nothing would be read now.
+        SyncInCaptureError
+            A capture forbids blocking the host on this thread.
+        """
         if _sessions:
             guard_device_to_host(
                 "DeviceScalar.value", self._handle,

@@ -6,18 +6,20 @@ numba kernel launched on ``stream``, so ops and your own kernels mix freely
 inside a capture. Inputs are device arrays (numba, or anything with
 ``__cuda_array_interface__``), numbers, or DeviceScalars, which are read on
 the device when the op runs. Every check happens in Python before anything
-is launched: a wrong call raises :class:`~numbagraph.OpError` and leaves a
+is launched: a wrong call raises [OpError][numbagraph.OpError] and leaves a
 capture in progress as it was.
 
-Example::
-
-    out = ng.empty(1024, np.float32)
-    with ng.capture(s) as cap:
-        ng.mul_into(x, scale, out, stream=s)    # scale: a DeviceScalar
-        ng.add_into(out, y, out, stream=s)
-    cap.graph.launch()
-
 See docs/ops.md for every op, its signature and the broadcasting rules.
+
+Examples
+--------
+```python
+out = ng.empty(1024, np.float32)
+with ng.capture(s) as cap:
+    ng.mul_into(x, scale, out, stream=s)    # scale: a DeviceScalar
+    ng.add_into(out, y, out, stream=s)
+cap.graph.launch()
+```
 """
 
 from . import elementwise, index, linalg, nn, reduce

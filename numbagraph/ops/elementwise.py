@@ -49,13 +49,13 @@ def _apply(op: str, allowed: Sequence[np.dtype], name: str,
              stream, op)
 
 
-def _binary(name: str, allowed: Sequence[np.dtype]):
+def _binary(name: str, allowed: Sequence[np.dtype]) -> Callable[..., None]:
     return lambda a, b, out, stream: _apply(
         f"{name}_into", allowed, name, _functions.BINARY[name], (("a", a), ("b", b)),
         out, stream)
 
 
-def _unary(name: str, allowed: Sequence[np.dtype]):
+def _unary(name: str, allowed: Sequence[np.dtype]) -> Callable[..., None]:
     return lambda x, out, stream: _apply(
         f"{name}_into", allowed, name, _functions.UNARY[name], (("x", x),), out, stream)
 
@@ -68,44 +68,247 @@ _pow = _binary("pow", FLOATS)
 def add_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
     """``out = a + b``.
 
-    Example::
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.add_into(x, y, out, stream=s)        # arrays
-        ng.add_into(x, pos, out, stream=s)      # pos: a DeviceScalar
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.add_into(x, y, out, stream=s)        # arrays
+    ng.add_into(x, pos, out, stream=s)      # pos: a DeviceScalar
+    ```
     """
     _add(a, b, out, stream)
 
 
 def sub_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
-    """``out = a - b``. Example: ``ng.sub_into(x, 1.0, out, stream=s)``."""
+    """``out = a - b``.
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.sub_into(x, 1.0, out, stream=s)
+    ```
+    """
     _sub(a, b, out, stream)
 
 
 def mul_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
-    """``out = a * b``. Example: ``ng.mul_into(x, scale, out, stream=s)``."""
+    """``out = a * b``.
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.mul_into(x, scale, out, stream=s)
+    ```
+    """
     _mul(a, b, out, stream)
 
 
 def div_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
     """``out = a / b``; for integer dtypes floor division (``a // b``), with
-    0 where ``b`` is 0. Example: ``ng.div_into(x, n, out, stream=s)``."""
+    0 where ``b`` is 0.
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.div_into(x, n, out, stream=s)
+    ```
+    """
     _div(a, b, out, stream)
 
 
 def maximum_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
     """``out = maximum(a, b)``, NaN if either is NaN.
-    Example: ``ng.maximum_into(x, 0.0, out, stream=s)``."""
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.maximum_into(x, 0.0, out, stream=s)
+    ```
+    """
     _maximum(a, b, out, stream)
 
 
 def minimum_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
     """``out = minimum(a, b)``, NaN if either is NaN.
-    Example: ``ng.minimum_into(x, limit, out, stream=s)``."""
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.minimum_into(x, limit, out, stream=s)
+    ```
+    """
     _minimum(a, b, out, stream)
 
 
 def pow_into(a: Input, b: Input, out: Any, *, stream: Any) -> None:
-    """``out = a ** b`` (float dtypes). Example: ``ng.pow_into(x, 2.0, out, stream=s)``."""
+    """``out = a ** b`` (float dtypes).
+
+    Parameters
+    ----------
+    a
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    b
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.pow_into(x, 2.0, out, stream=s)
+    ```
+    """
     _pow(a, b, out, stream)
 
 
@@ -117,63 +320,370 @@ _copy = _unary("copy", ALL)
 
 
 def neg_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = -x``. Example: ``ng.neg_into(x, out, stream=s)``."""
+    """``out = -x``.
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.neg_into(x, out, stream=s)
+    ```
+    """
     _neg(x, out, stream)
 
 
 def abs_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = |x|``. Example: ``ng.abs_into(x, out, stream=s)``."""
+    """``out = |x|``.
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.abs_into(x, out, stream=s)
+    ```
+    """
     _abs(x, out, stream)
 
 
 def exp_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = exp(x)`` (float dtypes). Example: ``ng.exp_into(x, out, stream=s)``."""
+    """``out = exp(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.exp_into(x, out, stream=s)
+    ```
+    """
     _exp(x, out, stream)
 
 
 def log_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = log(x)`` (float dtypes). Example: ``ng.log_into(x, out, stream=s)``."""
+    """``out = log(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.log_into(x, out, stream=s)
+    ```
+    """
     _log(x, out, stream)
 
 
 def sqrt_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = sqrt(x)`` (float dtypes). Example: ``ng.sqrt_into(x, out, stream=s)``."""
+    """``out = sqrt(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.sqrt_into(x, out, stream=s)
+    ```
+    """
     _sqrt(x, out, stream)
 
 
 def rsqrt_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = 1 / sqrt(x)`` (float dtypes). Example: ``ng.rsqrt_into(x, out, stream=s)``."""
+    """``out = 1 / sqrt(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.rsqrt_into(x, out, stream=s)
+    ```
+    """
     _rsqrt(x, out, stream)
 
 
 def tanh_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = tanh(x)`` (float dtypes). Example: ``ng.tanh_into(x, out, stream=s)``."""
+    """``out = tanh(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.tanh_into(x, out, stream=s)
+    ```
+    """
     _tanh(x, out, stream)
 
 
 def sigmoid_into(x: Input, out: Any, *, stream: Any) -> None:
     """``out = 1 / (1 + exp(-x))`` (float dtypes).
-    Example: ``ng.sigmoid_into(x, out, stream=s)``."""
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.sigmoid_into(x, out, stream=s)
+    ```
+    """
     _sigmoid(x, out, stream)
 
 
 def relu_into(x: Input, out: Any, *, stream: Any) -> None:
-    """``out = maximum(x, 0)``. Example: ``ng.relu_into(x, out, stream=s)``."""
+    """``out = maximum(x, 0)``.
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.relu_into(x, out, stream=s)
+    ```
+    """
     _relu(x, out, stream)
 
 
 def gelu_into(x: Input, out: Any, *, stream: Any) -> None:
     """``out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))``, the exact GELU
-    (float dtypes). Example: ``ng.gelu_into(x, out, stream=s)``."""
+    (float dtypes).
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.gelu_into(x, out, stream=s)
+    ```
+    """
     _gelu(x, out, stream)
 
 
 def copy_into(x: Input, out: Any, *, stream: Any) -> None:
     """``out = x``; any dtype, ``x`` of ``out``'s dtype, broadcast like every
-    elementwise input. Example: ``ng.copy_into(x, out, stream=s)``.
+    elementwise input.
 
     An array of ``out``'s shape and dtype that does not overlap it is copied
     by the driver (a memcpy node in a graph), as fast as the device copies.
+
+    Parameters
+    ----------
+    x
+        A device array, a DeviceScalar or a number of ``out``'s dtype,
+        broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.copy_into(x, out, stream=s)
+    ```
     """
     if not _copy_whole(x, out, stream):
         _copy(x, out, stream)
@@ -201,9 +711,32 @@ def fill_into(out: Any, value: Input, *, stream: Any) -> None:
     """Set every element of ``out`` to ``value``: a number, or a DeviceScalar
     read on the device when the op runs. Any dtype.
 
-    Example::
+    Parameters
+    ----------
+    out
+        The device array filled, of any dtype.
+    value
+        A number, or a DeviceScalar read on the device when the op runs.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.fill_into(cache, 0.0, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.fill_into(cache, 0.0, stream=s)
+    ```
     """
     _apply("fill_into", ALL, "copy", _functions.UNARY["copy"], (("value", value),), out,
            stream)
@@ -213,9 +746,37 @@ def axpy_into(alpha: Input, x: Input, y: Input, out: Any, *, stream: Any) -> Non
     """``out = alpha * x + y``, with ``alpha`` a number or a DeviceScalar
     (or a one-element array).
 
-    Example::
+    Parameters
+    ----------
+    alpha
+        A number, a DeviceScalar or a one-element device array.
+    x
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    y
+        A device array, a DeviceScalar or a number, broadcast to ``out``.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.axpy_into(-lr, grad, w, w, stream=s)     # w -= lr * grad
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded. Also when ``alpha`` is an array of
+        more than one element.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.axpy_into(-lr, grad, w, w, stream=s)     # w -= lr * grad
+    ```
     """
     out_dev = output(out, ARITHMETIC, "axpy_into")
     dtype = np.dtype(out_dev.dtype)
@@ -239,9 +800,37 @@ def where_into(cond: Input, a: Input, b: Input, out: Any, *, stream: Any) -> Non
     DeviceScalar of any dtype (bool, integer or float) or a number; ``a``
     and ``b`` have ``out``'s dtype. All three broadcast to ``out``.
 
-    Example::
+    Parameters
+    ----------
+    cond
+        A device array or DeviceScalar of any dtype, or a number; nonzero
+        selects ``a``.
+    a
+        Device array, DeviceScalar or number taken where ``cond`` is nonzero.
+    b
+        Device array, DeviceScalar or number taken where ``cond`` is zero.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.where_into(mask, x, 0.0, out, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.where_into(mask, x, 0.0, out, stream=s)
+    ```
     """
     if isinstance(cond, (bool, int, float, np.generic)):
         copy_into(a if cond else b, out, stream=stream)
@@ -261,9 +850,32 @@ def astype_into(x: Input, out: Any, *, stream: Any) -> None:
     """``out = x`` converted to ``out``'s dtype, as NumPy's ``astype``
     (floats to integers truncate; to bool, nonzero is True). Any dtypes.
 
-    Example::
+    Parameters
+    ----------
+    x
+        A device array or a number, of any dtype.
+    out
+        The device array written, allocated before the capture.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.astype_into(logits16, logits32, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit ``out`` (shape, dtype, a host array, a number
+        out of range), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.astype_into(logits16, logits32, stream=s)
+    ```
     """
     if isinstance(x, (bool, int, float, np.generic)):
         fill_into(out, x, stream=stream)

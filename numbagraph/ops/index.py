@@ -99,9 +99,36 @@ def take_into(table: Any, index: Any, out: Any, *, stream: Any) -> None:
     (C,) or (1, C)), or element ``index`` of a 1-D one (``out`` a DeviceScalar
     or one-element array). Any dtype; ``out`` has the table's.
 
-    Example::
+    Parameters
+    ----------
+    table
+        A 1-D or 2-D device array.
+    index
+        A Python int, or an integer DeviceScalar or one-element integer device
+        array, read on the device when the op runs.
+    out
+        A row of the table's dtype: shape (C,) or (1, C), or one element of a
+        1-D table.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.take_into(embedding, token, x, stream=s)   # token: int DeviceScalar
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, a host array), a Python int
+        ``index`` is outside the table's rows, or ``stream`` is missing or not
+        a stream. Raised before anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.take_into(embedding, token, x, stream=s)   # token: int DeviceScalar
+    ```
     """
     launch_on = _launch.launch_handle(stream)
     table_dev, rows, cols = _table(table, "take_into")
@@ -136,9 +163,35 @@ def put_into(src: Any, index: Any, table: Any, *, stream: Any) -> None:
     ``index`` of a 1-D one (``src`` a number, DeviceScalar or one-element
     array). ``src`` has the table's dtype.
 
-    Example::
+    Parameters
+    ----------
+    src
+        A row of the table's dtype, or a scalar filling the row.
+    index
+        A Python int, or an integer DeviceScalar or one-element integer device
+        array, read on the device when the op runs.
+    table
+        The 1-D or 2-D device array written.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.put_into(k, pos, k_cache, stream=s)        # pos: int DeviceScalar
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, a host array), a Python int
+        ``index`` is outside the table's rows, or ``stream`` is missing or not
+        a stream. Raised before anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.put_into(k, pos, k_cache, stream=s)        # pos: int DeviceScalar
+    ```
     """
     launch_on = _launch.launch_handle(stream)
     table_dev, rows, cols = _table(table, "put_into")

@@ -9,7 +9,7 @@ along the inner dimension; every element sums in order of ``k``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
@@ -31,9 +31,35 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     ``out`` of shape (M,), all of one dtype (float16 accumulates in float32,
     int32 in int64). ``out`` must not share memory with ``a`` or ``x``.
 
-    Example::
+    Parameters
+    ----------
+    a
+        A 2-D device array of shape (M, K).
+    x
+        A 1-D device array of shape (K,).
+    out
+        A 1-D device array of length M; it shares no memory with ``a`` or
+        ``x``.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.matvec_into(w_q, h, q, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, memory shared with ``out``, a
+        host array), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.matvec_into(w_q, h, q, stream=s)
+    ```
     """
     a_dev = device_array(a, "a")
     if a_dev.ndim != 2:
@@ -51,7 +77,7 @@ def _tile_size() -> int:
     return tile
 
 
-def _matmul_kernel(dtype: np.dtype, tile: int):
+def _matmul_kernel(dtype: np.dtype, tile: int) -> Callable:
     acc = _launch.scalar_type(dtype)
     zero = np.dtype(dtype).type(0)
     int64 = types.int64
@@ -91,9 +117,35 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     """``out = a @ b`` for ``a`` (M, K), ``b`` (K, N), ``out`` (M, N), all
     float32 or all float64. ``out`` must not share memory with ``a`` or ``b``.
 
-    Example::
+    Parameters
+    ----------
+    a
+        A 2-D device array of shape (M, K).
+    b
+        A 2-D device array of shape (K, N).
+    out
+        A 2-D device array of shape (M, N); it shares no memory with ``a`` or
+        ``b``.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.matmul_into(p, v_cache, attn, stream=s)    # (1, T) @ (T, D) -> (1, D)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, memory shared with ``out``, a
+        host array), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.matmul_into(p, v_cache, attn, stream=s)    # (1, T) @ (T, D) -> (1, D)
+    ```
     """
     launch_on = _launch.launch_handle(stream)
     a_dev, b_dev = device_array(a, "a"), device_array(b, "b")

@@ -9,7 +9,7 @@ shape and dtype and may be ``x`` itself.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
@@ -32,7 +32,7 @@ def nan_max(a, b):
     return a
 
 
-def _rows_kernel(dtype: np.dtype, threads: int):
+def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
     acc = _launch.scalar_type(acc_np)
     zero, one = acc_np.type(0), acc_np.type(1)
@@ -146,9 +146,32 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
 def softmax_into(x: Any, out: Any, *, stream: Any) -> None:
     """``out = exp(x - max) / sum(exp(x - max))`` along each row.
 
-    Example::
+    Parameters
+    ----------
+    x
+        A 2-D device array of rows, or a 1-D one (one row); float dtypes.
+    out
+        A device array of ``x``'s shape and dtype; may be ``x`` itself.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.softmax_into(scores, probs, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, a host array, a negative
+        ``eps``), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.softmax_into(scores, probs, stream=s)
+    ```
     """
     _rows_op(SOFTMAX, "softmax_into", x, None, None, out, 0.0, stream)
 
@@ -158,9 +181,38 @@ def layernorm_into(x: Any, weight: Any, bias: Any, out: Any, *, eps: float = 1e-
     """``out = (x - mean) / sqrt(var + eps) * weight + bias`` along each row
     (population variance); ``weight`` and ``bias`` of shape (C,), or None.
 
-    Example::
+    Parameters
+    ----------
+    x
+        A 2-D device array of rows, or a 1-D one (one row); float dtypes.
+    weight
+        A device array of shape (C,) and ``x``'s dtype, or None.
+    bias
+        A device array of shape (C,) and ``x``'s dtype, or None.
+    out
+        A device array of ``x``'s shape and dtype; may be ``x`` itself.
+    eps
+        A non-negative number added to the variance.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.layernorm_into(h, gamma, beta, h_norm, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, a host array, a negative
+        ``eps``), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.layernorm_into(h, gamma, beta, h_norm, stream=s)
+    ```
     """
     _rows_op(LAYERNORM, "layernorm_into", x, weight, bias, out, eps, stream)
 
@@ -169,8 +221,35 @@ def rmsnorm_into(x: Any, weight: Any, out: Any, *, eps: float = 1e-6, stream: An
     """``out = x / sqrt(mean(x * x) + eps) * weight`` along each row;
     ``weight`` of shape (C,), or None.
 
-    Example::
+    Parameters
+    ----------
+    x
+        A 2-D device array of rows, or a 1-D one (one row); float dtypes.
+    weight
+        A device array of shape (C,) and ``x``'s dtype, or None.
+    out
+        A device array of ``x``'s shape and dtype; may be ``x`` itself.
+    eps
+        A non-negative number added to the variance.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.rmsnorm_into(h, g, h_norm, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, a host array, a negative
+        ``eps``), or ``stream`` is missing or not a stream. Raised before
+        anything is launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.rmsnorm_into(h, g, h_norm, stream=s)
+    ```
     """
     _rows_op(RMSNORM, "rmsnorm_into", x, weight, None, out, eps, stream)

@@ -238,23 +238,110 @@ def sum_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
     """``out = sum(x)`` (float16 sums in float32, int32 in int64; ``out`` has
     ``x``'s dtype).
 
-    Example::
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        total = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
-        ng.sum_into(x, total, stream=s)
-        ng.sum_into(m, row_sums, axis=-1, stream=s)    # m: (R, C), row_sums: (R,)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    total = ng.DeviceScalar(0.0, dtype=np.float32, stream=s)
+    ng.sum_into(x, total, stream=s)
+    ng.sum_into(m, row_sums, axis=-1, stream=s)    # m: (R, C), row_sums: (R,)
+    ```
     """
     sum_like("sum_into", _rk.FIN_NONE, x, None, out, axis, stream, ARITHMETIC)
 
 
 def mean_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
-    """``out = mean(x)`` (float dtypes). Example: ``ng.mean_into(x, m, stream=s)``."""
+    """``out = mean(x)`` (float dtypes).
+
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.mean_into(x, m, stream=s)
+    ```
+    """
     sum_like("mean_into", _rk.FIN_MEAN, x, None, out, axis, stream, FLOATS)
 
 
 def norm2_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
     """``out = sqrt(sum(x * x))`` (float dtypes).
-    Example: ``ng.norm2_into(g, gnorm, stream=s)``."""
+
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.norm2_into(g, gnorm, stream=s)
+    ```
+    """
     sum_like("norm2_into", _rk.FIN_SQRT, x, x, out, axis, stream, FLOATS)
 
 
@@ -262,9 +349,37 @@ def dot_into(a: Any, b: Any, out: Any, *, axis: int | None = None, stream: Any) 
     """``out = sum(a * b)``; ``a`` and ``b`` of one shape and dtype. With
     ``axis=-1``, the dot product of each row pair.
 
-    Example::
+    Parameters
+    ----------
+    a
+        A device array.
+    b
+        A device array of ``a``'s shape and dtype.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        ng.dot_into(u, v, uv, stream=s)
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.dot_into(u, v, uv, stream=s)
+    ```
     """
     if a is b:
         sum_like("dot_into", _rk.FIN_NONE, a, a, out, axis, stream, ARITHMETIC)
@@ -274,13 +389,75 @@ def dot_into(a: Any, b: Any, out: Any, *, axis: int | None = None, stream: Any) 
 
 def max_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
     """``out = max(x)``, NaN if any element is NaN.
-    Example: ``ng.max_into(x, top, stream=s)``."""
+
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded. Also for an empty ``x``, or rows with no
+        elements: they have no maximum.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.max_into(x, top, stream=s)
+    ```
+    """
     _extreme("max_into", True, False, x, out, axis, stream)
 
 
 def min_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
     """``out = min(x)``, NaN if any element is NaN.
-    Example: ``ng.min_into(x, bottom, stream=s)``."""
+
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        A DeviceScalar or a one-element device array with ``axis=None``; with
+        ``axis=-1``, a 1-D device array of one element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded. Also for an empty ``x``, or rows with no
+        elements: they have no minimum.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.min_into(x, bottom, stream=s)
+    ```
+    """
     _extreme("min_into", False, False, x, out, axis, stream)
 
 
@@ -289,15 +466,76 @@ def argmax_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> No
     first NaN, if any), into an int32, int64, uint32 or uint64 ``out``; of a
     flattened ``x`` with ``axis=None``, of each row with ``axis=-1``.
 
-    Example::
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        An int32, int64, uint32 or uint64 DeviceScalar or one-element device
+        array with ``axis=None``; with ``axis=-1``, a 1-D device array of one
+        element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
 
-        token = ng.DeviceScalar(0, dtype=np.int32, stream=s)
-        ng.argmax_into(logits, token, stream=s)        # greedy decoding
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded. Also for an empty ``x``, or rows with no
+        elements.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    token = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+    ng.argmax_into(logits, token, stream=s)        # greedy decoding
+    ```
     """
     _extreme("argmax_into", True, True, x, out, axis, stream)
 
 
 def argmin_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
     """``out = argmin(x)``: the index of the first smallest element (of the
-    first NaN, if any). Example: ``ng.argmin_into(dist, nearest, stream=s)``."""
+    first NaN, if any).
+
+    Parameters
+    ----------
+    x
+        The device array reduced.
+    out
+        An int32, int64, uint32 or uint64 DeviceScalar or one-element device
+        array with ``axis=None``; with ``axis=-1``, a 1-D device array of one
+        element per row.
+    axis
+        None: the whole array; -1 (or 1): each row of a 2-D input.
+    stream
+        The stream the op is launched on, or recorded into while it captures.
+
+    Raises
+    ------
+    OpError
+        An operand does not fit (shape, dtype, ``axis``, a host array), or
+        ``stream`` is missing or not a stream. Raised before anything is
+        launched or recorded. Also for an empty ``x``, or rows with no
+        elements.
+    ForeignStreamInCaptureError
+        ``stream`` is the legacy default stream while a stream captures.
+    CaptureInvalidatedError
+        ``stream``'s capture was invalidated by an operation refused on
+        another thread.
+
+    Examples
+    --------
+    ```python
+    ng.argmin_into(dist, nearest, stream=s)
+    ```
+    """
     _extreme("argmin_into", False, True, x, out, axis, stream)
