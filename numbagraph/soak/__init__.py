@@ -1,0 +1,53 @@
+"""Soak: numbagraph under load does not leak, lose values or break.
+
+Run ``python -m numbagraph.soak`` on a GPU for the full run, or
+``python -m numbagraph.soak --quick`` anywhere (on Numba's simulator it
+takes seconds). Workloads, in the order they run:
+
+* ``cycles``        capture / instantiate / launch / close, over and over
+* ``replays``       one 10-node graph replayed with DeviceScalar updates
+* ``threads``       8 threads capturing and replaying on their own streams,
+                    once per capture mode
+* ``refusals``      every documented kind of refused operation, in turn
+* ``conditionals``  while-loop graphs made, launched, checked and closed
+
+Every result computed on the device is checked exactly against the host's,
+and each workload's device and host memory is sampled after its warm-up and
+at its end; growth beyond :class:`~numbagraph.soak.memory.Limits` fails it.
+docs/reliability.md states what this proves and the figures of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import refusals, threads, workloads
+from .core import Plan, Result
+
+__all__ = ["WORKLOADS", "Plan", "Result", "run"]
+
+WORKLOADS: dict[str, Callable[[Plan], list[Result]]] = {
+    "cycles": workloads.cycles,
+    "replays": workloads.replays,
+    "threads": threads.threads,
+    "refusals": refusals.refusals,
+    "conditionals": workloads.conditionals,
+}
+"""Each workload by name: ``workload(plan)`` returns one Result, or one per
+capture mode for ``threads``."""
+
+
+def run(names: list[str], plan: Plan,
+        done: Callable[[Result], None] = lambda result: None) -> list[Result]:
+    """Run the named workloads in order; ``done(result)`` as each result is
+    known. A workload that raises fails with the error, and the rest run."""
+    results = []
+    for name in names:
+        try:
+            outcome = WORKLOADS[name](plan)
+        except Exception as exc:  # noqa: BLE001  one broken workload must not hide the others
+            outcome = [Result(name, 0, "", failures=[f"raised {type(exc).__name__}: {exc}"])]
+        for result in outcome:
+            done(result)
+            results.append(result)
+    return results

@@ -1,0 +1,221 @@
+"""Threads capturing and replaying at once, each on its own stream, in each
+capture mode.
+
+Every thread allocates its stream, array and scalar before the timed loop,
+then captures graphs of one to three launches, replays each a few times with
+a DeviceScalar update before every replay, closes it, and now and then reads
+its array back and checks it exactly against the sum it kept on the host.
+
+In ``"thread_local"`` and ``"relaxed"`` mode nothing a thread does is
+refused. In ``"global"`` mode CUDA forbids the calls it deems unsafe on every
+thread while any global capture runs, and numbagraph refuses them; three
+such refusals are documented and expected here, counted and retried:
+
+* ``SyncInCaptureError``: a thread's ``synchronize()`` of its own stream
+  while another thread captures;
+* ``UncapturableOperationError`` at a graph's first launch: a graph captured
+  while another capture ran is instantiated then, which CUDA forbids while a
+  global capture runs;
+* ``CaptureInvalidatedError``: either refusal on another thread invalidates
+  this thread's capture, which ends at its next launch or at its end.
+
+Any other error, or any refusal outside ``"global"`` mode, fails the run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+import numbagraph as ng  # noqa: I001  (picks the backend before numba.cuda loads)
+
+import numpy as np
+from numba import cuda
+
+from .core import Plan, Result, mismatch
+from .kernels import bump
+from .memory import Gauge
+
+__all__ = ["threads", "documented_global_refusal"]
+
+_REPLAYS_PER_GRAPH = 4
+_CHECK_EVERY = 8         # graphs between two checks of a thread's array
+_RETRY_SECONDS = 60.0    # a retried call that never gets through is a failure
+
+
+def documented_global_refusal(exc: BaseException) -> str | None:
+    """The name of the error class when ``exc`` is one of the three refusals
+    that a ``"global"`` capture on another thread is documented to cause
+    (see above); None for any other error."""
+    text = str(exc)
+    if isinstance(exc, ng.CaptureInvalidatedError) and "refused on another thread" in text:
+        return "CaptureInvalidatedError"
+    if type(exc) is ng.UncapturableOperationError and text.startswith("instantiating a graph"):
+        return "UncapturableOperationError"
+    if (isinstance(exc, ng.SyncInCaptureError)
+            and "while any thread captures in mode 'global'" in text):
+        return "SyncInCaptureError"
+    return None
+
+
+class _Stop(Exception):
+    """This thread stops: it failed, or another one did."""
+
+
+class _Worker:
+    """One thread's stream, array, scalar and tallies."""
+
+    def __init__(self, index: int, mode: str, width: int, phases: threading.Barrier):
+        self.index = index
+        self.mode = mode
+        self.width = width
+        self.phases = phases
+        self.rng = random.Random(index)
+        self.expected = 0
+        self.captures = 0
+        self.replays = 0
+        self.refusals: Counter = Counter()
+        self.failure: str | None = None
+        self.seconds = 0.0
+
+    # ------------------------------------------------------------ one thread
+
+    def run(self, plan: Plan) -> None:
+        try:
+            self.s = s = cuda.stream()
+            self.x = cuda.to_device(np.zeros(self.width, np.int64), stream=s)
+            self.pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+            self.host = np.zeros(self.width, np.int64)
+            s.synchronize()
+            self._phase()                       # everything allocated
+            self._loop(plan.thread_warmup_seconds)
+            self._phase()                       # no thread captures any more
+            self._check()
+            self.captures, self.replays = 0, 0
+            self.refusals.clear()
+            self._phase()                       # idle while the baseline is sampled
+            self._phase()
+            start = time.monotonic()
+            self._loop(plan.thread_seconds)
+            self.seconds = time.monotonic() - start
+            self._phase()                       # no thread captures any more
+            self._check()
+            self._phase()                       # idle while growth is sampled
+        except _Stop:
+            pass
+        except BaseException:  # noqa: BLE001  reported by the main thread
+            last = traceback.format_exc().strip().splitlines()[-1]
+            self.failure = f"thread {self.index}: {last}"
+            self.phases.abort()
+
+    def _phase(self) -> None:
+        try:
+            self.phases.wait()
+        except threading.BrokenBarrierError:
+            raise _Stop() from None
+
+    def _refused(self, exc: BaseException) -> None:
+        """Count ``exc`` if it is a documented refusal of this mode; else
+        re-raise it."""
+        name = documented_global_refusal(exc) if self.mode == "global" else None
+        if name is None:
+            raise exc
+        self.refusals[name] += 1
+        time.sleep(self.rng.uniform(0, 0.001))  # let the other thread's capture end
+
+    def _retry(self, call: Any) -> None:
+        give_up = time.monotonic() + _RETRY_SECONDS
+        while True:
+            try:
+                return call()
+            except ng.NumbagraphError as exc:
+                self._refused(exc)
+            if time.monotonic() > give_up:
+                raise RuntimeError(f"thread {self.index} was refused for "
+                                   f"{_RETRY_SECONDS:.0f} s without a break")
+
+    def _loop(self, seconds: float) -> None:
+        s, x, pos, w = self.s, self.x, self.pos, self.width
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            nodes = 1 + self.captures % 3
+            try:
+                with ng.capture(s, mode=self.mode) as cap:
+                    for _ in range(nodes):
+                        bump[1, w, s](x, pos)
+                        time.sleep(0)  # let other threads run while this one captures
+            except ng.NumbagraphError as exc:
+                self._refused(exc)
+                continue
+            self.captures += 1
+            with cap.graph as graph:
+                for _ in range(_REPLAYS_PER_GRAPH):
+                    value = self.rng.randrange(1, 1 << 20)
+                    pos.update(value)
+                    self._retry(graph.launch)
+                    self.expected += nodes * value
+                    self.replays += 1
+            if self.captures % _CHECK_EVERY == 0:
+                self._check()
+
+    def _check(self) -> None:
+        self.x.copy_to_host(self.host, stream=self.s)
+        self._retry(self.s.synchronize)
+        wrong = mismatch(f"thread {self.index}'s array",
+                         np.full(self.width, self.expected), self.host)
+        if wrong:
+            self.failure = wrong
+            self.phases.abort()
+            raise _Stop()
+
+
+def _one_mode(plan: Plan, mode: str) -> Result:
+    result = Result(f"threads/{mode}", 0, "captures")
+    phases = threading.Barrier(plan.threads + 1, timeout=plan.thread_seconds
+                               + plan.thread_warmup_seconds + 2 * _RETRY_SECONDS)
+    workers = [_Worker(i, mode, plan.width, phases) for i in range(plan.threads)]
+    pool = [threading.Thread(target=w.run, args=(plan,), name=f"soak-{mode}-{w.index}")
+            for w in workers]
+    gauge = Gauge()
+    try:
+        for thread in pool:
+            thread.start()
+        phases.wait()       # everything allocated
+        phases.wait()       # warm-up over: no thread captures
+        phases.wait()       # checked: every thread idle
+        gauge.start()
+        phases.wait()       # the timed loop begins
+        phases.wait()       # the timed loop is over
+        phases.wait()       # checked: every thread idle
+        growth = gauge.growth(sum(w.captures for w in workers))
+    except threading.BrokenBarrierError:
+        growth = None
+    for thread in pool:
+        thread.join()
+    result.failures += [w.failure for w in workers if w.failure]
+    if growth is None and not result.failures:
+        result.failures.append("a thread stopped before the end")
+    result.count = sum(w.captures for w in workers)
+    result.seconds = max((w.seconds for w in workers), default=0.0)
+    refusals = Counter()
+    for w in workers:
+        refusals.update(w.refusals)
+    replays = sum(w.replays for w in workers)
+    result.details = {"threads": plan.threads, "replays": replays,
+                      "refusals": dict(sorted(refusals.items()))}
+    result.note = f"{replays} replays by {plan.threads} threads"
+    if refusals:
+        result.note += "; documented refusals retried: " + ", ".join(
+            f"{n} {name}" for name, n in sorted(refusals.items()))
+    if growth is not None:
+        result.judge(growth, plan.limits)
+    return result
+
+
+def threads(plan: Plan) -> list[Result]:
+    """One run per capture mode in ``ng.CAPTURE_MODES``."""
+    return [_one_mode(plan, mode) for mode in ng.CAPTURE_MODES]

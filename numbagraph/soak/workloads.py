@@ -1,0 +1,162 @@
+"""The single-stream workloads: capture cycles, a long replay loop, and
+conditional graphs. Each makes everything it needs before its warm-up,
+counts its work after it, and checks the device's result exactly."""
+
+from __future__ import annotations
+
+import time
+
+import numbagraph as ng  # noqa: I001  (picks the backend before numba.cuda loads)
+
+import numpy as np
+from numba import cuda
+
+from .core import Plan, Result, mismatch
+from .kernels import bump, count_below, mix, mix_reference, zero
+from .memory import Gauge
+
+__all__ = ["cycles", "replays", "conditionals"]
+
+
+def _read(array, stream) -> np.ndarray:
+    host = array.copy_to_host(stream=stream)
+    stream.synchronize()
+    return host
+
+
+def cycles(plan: Plan) -> list[Result]:
+    """Capture one launch, instantiate, launch and close the graph, over and
+    over: whatever a cycle keeps shows as growth."""
+    result = Result("cycles", plan.cycles, "cycles",
+                    note="capture, instantiate, launch, close; every launch counted")
+    s = cuda.stream()
+    w = plan.width
+    x = cuda.to_device(np.zeros(w, np.int64), stream=s)
+    one = ng.DeviceScalar(1, dtype=np.int32, stream=s)
+    bump[1, w, s](x, one)  # compiles outside any capture
+
+    def cycle() -> None:
+        with ng.capture(s) as cap:
+            bump[1, w, s](x, one)
+        cap.graph.launch()
+        cap.graph.close()
+
+    for _ in range(plan.cycle_warmup):
+        cycle()
+    gauge = Gauge(idle=s.synchronize)
+    gauge.start()
+    every = plan.every(plan.cycles)
+    start = time.perf_counter()
+    for n in range(1, plan.cycles + 1):
+        cycle()
+        if n % every == 0:
+            gauge.sample()
+    result.seconds = time.perf_counter() - start
+    result.judge(gauge.growth(plan.cycles), plan.limits)
+    wrong = mismatch("x after every cycle's launch", np.full(w, 1 + plan.cycle_warmup
+                                                               + plan.cycles), _read(x, s))
+    if wrong:
+        result.failures.append(wrong)
+    return [result]
+
+
+def _salt(i: int) -> int:
+    """The 8-byte scalar's value at step ``i``: high bits set, and different
+    at every step."""
+    return (i * 0x9E3779B97F4A7C15) & ((1 << 62) - 1)
+
+
+def replays(plan: Plan) -> list[Result]:
+    """Replay one graph of ``replay_nodes`` launches, updating a 4-byte and an
+    8-byte DeviceScalar before each replay; the result depends on every update
+    in order, and is checked at each memory sample and at the end."""
+    result = Result("replays", plan.replays, "replays",
+                    note=f"{plan.replay_nodes}-node graph; a 4- and an 8-byte DeviceScalar "
+                    "updated before each replay",
+                    details={"nodes": plan.replay_nodes})
+    s = cuda.stream()
+    w = plan.width
+    acc = cuda.to_device(np.zeros(w, np.int64), stream=s)
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
+    salt = ng.DeviceScalar(0, dtype=np.int64, stream=s)
+    mix[1, w, s](acc, pos, salt)  # compiles outside any capture
+    acc.copy_to_device(np.zeros(w, np.int64), stream=s)
+    with ng.capture(s) as cap:
+        for _ in range(plan.replay_nodes):
+            mix[1, w, s](acc, pos, salt)
+    graph = cap.graph
+    model = mix_reference(plan.replay_nodes)
+
+    def run(first: int, last: int) -> None:
+        for i in range(first, last):
+            pos.update(i)
+            salt.update(_salt(i))
+            graph.launch()
+            model.replay(i, _salt(i))
+
+    def check(when: str) -> None:
+        wrong = mismatch(f"acc {when}", model.expected(w), _read(acc, s))
+        if wrong:
+            result.failures.append(wrong)
+
+    run(0, plan.replay_warmup)
+    gauge = Gauge(idle=s.synchronize)
+    gauge.start()
+    every = plan.every(plan.replays)
+    start = time.perf_counter()
+    done = plan.replay_warmup
+    end = plan.replay_warmup + plan.replays
+    while done < end and not result.failures:
+        step = min(every, end - done)
+        run(done, done + step)
+        done += step
+        check(f"after {done - plan.replay_warmup} replays")
+        gauge.sample()
+    result.seconds = time.perf_counter() - start
+    graph.close()
+    result.judge(gauge.growth(plan.replays), plan.limits)
+    return [result]
+
+
+def conditionals(plan: Plan) -> list[Result]:
+    """Make, launch, check and close graphs of one while loop whose trip
+    count a DeviceScalar sets; every fifth loop starts with its condition
+    clear and must not run its body at all."""
+    result = Result("conditionals", plan.conditionals, "graphs",
+                    note="while loops of 0 to 7 passes, each pass counted")
+    s = cuda.stream()
+    counter = cuda.to_device(np.zeros(1, np.int32), stream=s)
+    limit = ng.DeviceScalar(1, dtype=np.int32, stream=s)
+    zero[1, 1, s](counter)  # compiles outside any capture
+
+    def one(k: int) -> None:
+        trips = 1 + k % 7
+        skipped = k % 5 == 4
+        limit.update(trips)
+        with ng.capture(s) as cap:
+            zero[1, 1, s](counter)
+            more = ng.Condition(default=0 if skipped else 1)
+            with ng.while_loop(more):
+                count_below[1, 1, s](counter, limit, more)
+        cap.graph.launch()
+        got = int(_read(counter, s)[0])
+        cap.graph.close()
+        want = 0 if skipped else trips
+        if got != want:
+            result.failures.append(f"while loop {k} ran {got} passes, expected {want}")
+
+    for k in range(plan.conditional_warmup):
+        one(k)
+    gauge = Gauge(idle=s.synchronize)
+    gauge.start()
+    every = plan.every(plan.conditionals)
+    start = time.perf_counter()
+    for n in range(1, plan.conditionals + 1):
+        one(n)
+        if result.failures:
+            break
+        if n % every == 0:
+            gauge.sample()
+    result.seconds = time.perf_counter() - start
+    result.judge(gauge.growth(plan.conditionals), plan.limits)
+    return [result]
