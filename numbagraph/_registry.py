@@ -148,8 +148,11 @@ def claim(session: Session) -> bool:
 
 def ended(session: Session) -> None:
     """What follows a claimed session's end: numba frees again, and the
-    releases waiting for no capture run if none is left."""
-    session.recording.release_frees()
+    releases waiting for no capture run if none is left. Call without
+    :data:`lock` held."""
+    # Under the lock, as the hold was taken: the count it lowers is shared.
+    with lock:
+        session.recording.release_frees()
     if not sessions:
         run_deferred()
 
@@ -157,14 +160,16 @@ def ended(session: Session) -> None:
 def discard(session: Session) -> None:
     """End a session's capture and drop what it recorded, unless another
     caller ends it already."""
+    # The capture ends under the lock: until the driver has ended it, a
+    # "global" capture must still count as running for every other thread.
     with lock:
         if not claim(session):
             return
-    try:
-        session.recording.abort()
-    finally:
-        session.keepalive = []
-        ended(session)
+        try:
+            session.recording.abort()
+        finally:
+            session.keepalive = []
+    ended(session)
 
 
 def take_ended(handle: int, *, locked: bool = False) -> BaseException | None:

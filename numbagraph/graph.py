@@ -11,7 +11,7 @@ from ._registry import release_when_idle
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .errors import CaptureWarning, GraphClosedError, NumbagraphError
-from .safety import guard_graph_launch, guard_instantiation
+from .safety import guard_graph_launch, guard_instantiation, instantiation_forbidden
 
 __all__ = ["CapturedGraph"]
 
@@ -120,8 +120,15 @@ class CapturedGraph:
         executable = self._executable()
         if not executable.instantiated:
             # Captured while another capture was active; instantiating is
-            # itself refused during some captures.
-            guard_instantiation()
+            # itself refused during some captures. No capture begins while
+            # the registry's lock is held, so none can come to forbid it
+            # between the check and the driver's call.
+            with _registry.lock:
+                if not instantiation_forbidden():
+                    executable.instantiate()
+            if not executable.instantiated:
+                guard_instantiation()  # raises, naming the captures that forbid it
+                return self._instantiated()
         return executable
 
     def _target(self, stream: Any) -> int:

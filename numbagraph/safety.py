@@ -63,6 +63,7 @@ __all__ = [
     "guard_device_to_host",
     "guard_graph_launch",
     "guard_instantiation",
+    "instantiation_forbidden",
     "Check",
     "CHECKS",
 ]
@@ -608,6 +609,11 @@ def guard_graph_launch(handle: int, operation: str) -> None:
             "inside the capture",
         )
     guard_legacy_work(handle, f"{operation} on the legacy default stream")
+
+
+def instantiation_forbidden() -> bool:
+    """Whether a capture forbids this thread to instantiate a graph now."""
+    return bool(_thread_blockers())
 
 
 def guard_instantiation() -> None:

@@ -71,7 +71,9 @@ def _check_memory(dev: Any, obj: Any) -> None:
 
 
 def device_memory_used() -> int:
-    """Total minus free memory of the current device (cuMemGetInfo)."""
+    """Total minus free memory of the current device (cuMemGetInfo), made
+    current if no context is."""
+    cuda.current_context()
     free, total = check("cuMemGetInfo", cu.cuMemGetInfo())
     return int(total) - int(free)
 

@@ -89,6 +89,9 @@ class Executable(Protocol):
     num_nodes: int
     instantiated: bool
 
+    def instantiate(self) -> Any:
+        """Instantiate the graph now, if it is not yet."""
+
     def launcher(self, handle: int) -> Callable[[], None]:
         """A call that replays the graph on the stream, with every argument
         of the launch converted once."""
