@@ -24,6 +24,7 @@ from numba import cuda
 
 from . import safety
 from ._registry import sessions as _sessions
+from ._registry import unsafe_call
 from .backend import active as _backend
 from .backend.interface import Patch
 
@@ -49,7 +50,17 @@ def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[...
                 return result
             return original(*args, **kwargs)
 
-        return guarded
+        if not check.unsafe:
+            return guarded
+
+        # The check and the call are one unsafe call: no "global" capture
+        # begins between them.
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with unsafe_call:
+                return guarded(*args, **kwargs)
+
+        return counted
 
     return make
 

@@ -29,7 +29,7 @@ __all__ = [
     "active", "add",
     "claim", "ended", "discard", "invalidate", "consequence", "raise_if_invalidated",
     "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
-    "register_device_wrapper",
+    "register_device_wrapper", "unsafe_call", "no_unsafe_calls",
 ]
 
 LEGACY_DEFAULT_HANDLES = (0, 1)
@@ -244,6 +244,59 @@ def raise_if_invalidated(session: Session) -> None:
         "graph discarded; begin a new capture once the other thread no longer "
         "makes that call"
     ) from failure
+
+
+# ---------------------------------------------------------------- unsafe calls
+
+# Calls CUDA forbids on every thread while a "global" capture runs
+# (allocating, synchronizing, copying through the host) are counted while in
+# flight. A "global" capture begins only once none is, and none starts while
+# it begins: otherwise a call could pass its check before the capture exists
+# and reach the driver after, which the driver refuses, invalidating the
+# capture. The count has its own lock, never taken with `lock` held.
+_unsafe = threading.Condition(threading.Lock())
+_unsafe_in_flight = 0
+
+
+class _UnsafeCall:
+    """``with unsafe_call:`` around a call CUDA forbids during a "global"
+    capture, checks included."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _unsafe_in_flight
+        with _unsafe:
+            _unsafe_in_flight += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        global _unsafe_in_flight
+        with _unsafe:
+            _unsafe_in_flight -= 1
+            if not _unsafe_in_flight:
+                _unsafe.notify_all()
+
+
+unsafe_call = _UnsafeCall()
+
+
+class _NoUnsafeCalls:
+    """``with no_unsafe_calls:`` while a "global" capture begins: waits for
+    the unsafe calls in flight, and holds new ones back until it ends. Take
+    it before :data:`lock`."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _unsafe.acquire()
+        while _unsafe_in_flight:
+            _unsafe.wait()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        _unsafe.release()
+
+
+no_unsafe_calls = _NoUnsafeCalls()
 
 
 # ---------------------------------------------------------------- releases

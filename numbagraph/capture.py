@@ -128,6 +128,15 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         )
     _registry.forget_orphans()
     _registry.run_deferred()
+    if mode == "global":
+        with _registry.no_unsafe_calls:
+            _begin(stream, handle, mode)
+    else:
+        # Only this thread's calls are forbidden, and it makes none meanwhile.
+        _begin(stream, handle, mode)
+
+
+def _begin(stream: Any, handle: int, mode: str) -> None:
     with _registry.lock:
         existing = _registry.on(handle)
         if existing is None:

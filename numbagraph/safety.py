@@ -642,6 +642,9 @@ class Check(NamedTuple):
     check: Callable[..., None]
     why: str
     after: Callable[..., None] | None = None
+    # A call CUDA forbids on every thread during a "global" capture: counted
+    # while in flight (see _registry.unsafe_call).
+    unsafe: bool = True
 
 
 _ALLOCATES = "refused where a capture forbids allocation"
@@ -683,8 +686,9 @@ CHECKS: dict[str, dict[str, Check]] = {
     "event": {
         "record": Check(_check_event_record, "refused on the legacy default stream; "
                         "events recorded inside a capture are tracked",
-                        _track_event_record),
-        "wait": Check(_check_event_wait, "a stream may not join a capture through an event"),
+                        _track_event_record, unsafe=False),
+        "wait": Check(_check_event_wait, "a stream may not join a capture through an event",
+                      unsafe=False),
         **{name: Check(_check_event_wait_host(f"event.{name}()"),
                        "refused for an event recorded inside a capture")
            for name in ("synchronize", "query")},

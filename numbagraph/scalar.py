@@ -265,14 +265,16 @@ class DeviceScalar:
         SyncInCaptureError
             A capture forbids blocking the host on this thread.
         """
-        if _sessions:
-            guard_device_to_host(
-                "DeviceScalar.value", self._handle,
-                "read scalar.value after the graph has run, or record "
-                "scalar.update(value) in the capture to set it")
-            guard_host_wait(self._handle, "DeviceScalar.value")
-        host = self._dev.copy_to_host(stream=self._stream)
-        _backend.synchronize(self._handle)
+        # Checked and read as one call that a "global" capture forbids.
+        with _registry.unsafe_call:
+            if _sessions:
+                guard_device_to_host(
+                    "DeviceScalar.value", self._handle,
+                    "read scalar.value after the graph has run, or record "
+                    "scalar.update(value) in the capture to set it")
+                guard_host_wait(self._handle, "DeviceScalar.value")
+            host = self._dev.copy_to_host(stream=self._stream)
+            _backend.synchronize(self._handle)
         return host[0].item()
 
     def _warn_if_meant_for_a_capture(self, value: Any) -> None:

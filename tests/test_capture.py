@@ -399,3 +399,45 @@ def test_a_scalar_of_another_stream_updated_during_a_capture_warns(stream, other
         own = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
         with ng.capture(stream):
             own.update(2.0)
+
+
+def test_a_global_capture_begins_only_once_no_unsafe_call_is_in_flight(stream):
+    # A call CUDA forbids during a "global" capture (a synchronize, an
+    # allocation) is checked and made as one: the capture waits for it, so it
+    # cannot begin between the check and the driver's call.
+    import threading
+
+    from numbagraph import _registry
+
+    in_call, finish = threading.Event(), threading.Event()
+
+    def unsafe_call_in_flight():
+        with _registry.unsafe_call:
+            in_call.set()
+            finish.wait(timeout=60)
+
+    caller = threading.Thread(target=unsafe_call_in_flight)
+    caller.start()
+    assert in_call.wait(timeout=60)
+    begun, end_now, seen = threading.Event(), threading.Event(), []
+
+    def begin_then_abort():
+        # CUDA lets only this thread end its "global" capture.
+        ng.begin_capture(stream, mode="global")
+        begun.set()
+        end_now.wait(timeout=60)
+        seen.append(ng.is_capturing(stream))
+        ng.abort_capture(stream)
+
+    beginner = threading.Thread(target=begin_then_abort)
+    beginner.start()
+    try:
+        assert not begun.wait(timeout=0.2)  # still waiting for the call
+        assert not ng.is_capturing(stream)
+    finally:
+        finish.set()
+        caller.join()
+    assert begun.wait(timeout=60)
+    end_now.set()
+    beginner.join()
+    assert seen == [True]
