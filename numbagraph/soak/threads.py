@@ -38,7 +38,7 @@ from numba import cuda
 
 from .core import Plan, Result, mismatch
 from .kernels import bump
-from .memory import Gauge
+from .memory import Gauge, device_memory_used
 
 __all__ = ["threads", "documented_global_refusal"]
 
@@ -173,6 +173,19 @@ class _Worker:
             raise _Stop()
 
 
+def _device_during(seconds: float, baseline: Any) -> list:
+    """Device memory above ``baseline`` each second for ``seconds``, sampled
+    without stopping the threads (None where it is not counted)."""
+    during: list = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end - 1.0:
+        time.sleep(1.0)
+        used = device_memory_used()
+        during.append(None if used is None or baseline.device is None
+                      else used - baseline.device)
+    return during
+
+
 def _one_mode(plan: Plan, mode: str) -> Result:
     result = Result(f"threads/{mode}", 0, "captures")
     phases = threading.Barrier(plan.threads + 1, timeout=plan.thread_seconds
@@ -181,6 +194,7 @@ def _one_mode(plan: Plan, mode: str) -> Result:
     pool = [threading.Thread(target=w.run, args=(plan,), name=f"soak-{mode}-{w.index}")
             for w in workers]
     gauge = Gauge()
+    during: list = []
     try:
         for thread in pool:
             thread.start()
@@ -189,6 +203,7 @@ def _one_mode(plan: Plan, mode: str) -> Result:
         phases.wait()       # checked: every thread idle
         gauge.start()
         phases.wait()       # the timed loop begins
+        during = _device_during(plan.thread_seconds, gauge.baseline)
         phases.wait()       # the timed loop is over
         phases.wait()       # checked: every thread idle
         growth = gauge.growth(sum(w.captures for w in workers))
@@ -207,6 +222,10 @@ def _one_mode(plan: Plan, mode: str) -> Result:
     replays = sum(w.replays for w in workers)
     result.details = {"threads": plan.threads, "replays": replays,
                       "refusals": dict(sorted(refusals.items()))}
+    if growth is not None and any(d is not None for d in during):
+        # Growth while the threads run, each second: tells memory that levels
+        # off from memory that keeps growing.
+        result.details["device_growth_each_second"] = during
     result.note = f"{replays} replays by {plan.threads} threads"
     if refusals:
         result.note += "; documented refusals retried: " + ", ".join(
