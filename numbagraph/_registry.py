@@ -42,7 +42,7 @@ class Session:
 
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
-        "_joins_legacy", "failure", "events", "restarts",
+        "_joins_legacy", "failure", "events", "restarts", "ending",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -63,6 +63,10 @@ class Session:
         # How many times a conditional block has ended and begun the capture
         # again: an event of the capture before a restart cannot be waited on.
         self.restarts = 0
+        # Claimed by the caller that ends it: it stays among the captures in
+        # progress until the driver has ended it, so that every check still
+        # sees it, and no other caller ends it too.
+        self.ending = False
         self._joins_legacy: bool | None = None
         # Holds numba's frees until released by ended(): a free during a
         # capture would break it.
@@ -85,8 +89,9 @@ class Session:
 
     @property
     def current(self) -> bool:
-        """Whether this capture is still in progress."""
-        return sessions.get(self.key) is self
+        """Whether this capture is still in progress, and no caller is
+        ending it."""
+        return not self.ending and sessions.get(self.key) is self
 
     def keep(self, obj: Any) -> None:
         """Keep ``obj`` alive for as long as the graph lives."""
@@ -137,31 +142,36 @@ def add(stream: Any, handle: int, mode: str) -> Session:
 
 
 def claim(session: Session) -> bool:
-    """Take the session out of the captures in progress, so that this caller
-    alone ends it; False when another has already. Call with :data:`lock`
-    held."""
-    if sessions.get(session.key) is not session:
+    """Make this caller the one that ends the session; False when another
+    has already. The session stays among the captures in progress until
+    :func:`ended`. Call with :data:`lock` held."""
+    if session.ending or sessions.get(session.key) is not session:
         return False
-    del sessions[session.key]
+    session.ending = True
     return True
 
 
-def ended(session: Session) -> None:
-    """What follows a claimed session's end: numba frees again, and the
-    releases waiting for no capture run if none is left. Call without
-    :data:`lock` held."""
-    # Under the lock, as the hold was taken: the count it lowers is shared.
-    with lock:
-        session.recording.release_frees()
-    if not sessions:
+def ended(session: Session, *, locked: bool = False) -> None:
+    """What follows a claimed session's end in the driver: it leaves the
+    captures in progress, numba frees again, and (unless ``locked``: the
+    caller holds :data:`lock` and runs :func:`run_deferred` after) the
+    releases waiting for no capture run if none is left."""
+    if not locked:
+        with lock:
+            ended(session, locked=True)
         run_deferred()
+        return
+    if sessions.get(session.key) is session:
+        del sessions[session.key]
+    # Under the lock, as the hold was taken: the count it lowers is shared.
+    session.recording.release_frees()
 
 
 def discard(session: Session) -> None:
     """End a session's capture and drop what it recorded, unless another
     caller ends it already."""
-    # The capture ends under the lock: until the driver has ended it, a
-    # "global" capture must still count as running for every other thread.
+    # The capture ends under the lock, and counts as running for every
+    # other thread until the driver has ended it.
     with lock:
         if not claim(session):
             return
@@ -169,7 +179,8 @@ def discard(session: Session) -> None:
             session.recording.abort()
         finally:
             session.keepalive = []
-    ended(session)
+            ended(session, locked=True)
+    run_deferred()
 
 
 def take_ended(handle: int, *, locked: bool = False) -> BaseException | None:
@@ -250,12 +261,17 @@ def raise_if_invalidated(session: Session) -> None:
 
 # Calls CUDA forbids on every thread while a "global" capture runs
 # (allocating, synchronizing, copying through the host) are counted while in
-# flight. A "global" capture begins only once none is, and none starts while
-# it begins: otherwise a call could pass its check before the capture exists
-# and reach the driver after, which the driver refuses, invalidating the
-# capture. The count has its own lock, never taken with `lock` held.
+# flight. A "global" capture begins only once none is, and while one begins
+# no new one starts: otherwise a call could pass its check before the capture
+# exists and reach the driver after, which the driver refuses, invalidating
+# the capture. A beginning capture goes first: calls wait for it, so that
+# threads making such calls back to back cannot hold it off. A call made
+# inside another on the same thread never waits (its thread is counted
+# already). The count has its own lock, never taken with `lock` held.
 _unsafe = threading.Condition(threading.Lock())
 _unsafe_in_flight = 0
+_beginning = 0
+_depth = threading.local()  # .n: unsafe calls this thread is inside
 
 
 class _UnsafeCall:
@@ -266,11 +282,17 @@ class _UnsafeCall:
 
     def __enter__(self) -> None:
         global _unsafe_in_flight
+        depth = getattr(_depth, "n", 0)
         with _unsafe:
+            if not depth:
+                while _beginning:
+                    _unsafe.wait()
             _unsafe_in_flight += 1
+        _depth.n = depth + 1
 
     def __exit__(self, *exc_info: Any) -> None:
         global _unsafe_in_flight
+        _depth.n -= 1
         with _unsafe:
             _unsafe_in_flight -= 1
             if not _unsafe_in_flight:
@@ -282,18 +304,27 @@ unsafe_call = _UnsafeCall()
 
 class _NoUnsafeCalls:
     """``with no_unsafe_calls:`` while a "global" capture begins: waits for
-    the unsafe calls in flight, and holds new ones back until it ends. Take
-    it before :data:`lock`."""
+    the unsafe calls in flight, and holds new ones back until it has begun."""
 
     __slots__ = ()
 
     def __enter__(self) -> None:
-        _unsafe.acquire()
-        while _unsafe_in_flight:
-            _unsafe.wait()
+        global _beginning
+        with _unsafe:
+            _beginning += 1
+            try:
+                while _unsafe_in_flight:
+                    _unsafe.wait()
+            except BaseException:  # interrupted: let the held-back calls go
+                _beginning -= 1
+                _unsafe.notify_all()
+                raise
 
     def __exit__(self, *exc_info: Any) -> None:
-        _unsafe.release()
+        global _beginning
+        with _unsafe:
+            _beginning -= 1
+            _unsafe.notify_all()
 
 
 no_unsafe_calls = _NoUnsafeCalls()

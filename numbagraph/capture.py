@@ -257,20 +257,20 @@ def end_capture(stream: Any) -> CapturedGraph:
                 f"the capture on {stream!r} was ended by another thread while "
                 "this one ended it; there is no graph"
             )
-        failure: Exception | None
+        failure: Exception | None = None
         try:
             # CUDA refuses to instantiate while another capture is active;
             # the graph then instantiates on first use.
-            executable = session.recording.finish(instantiate=not sessions)
+            executable = session.recording.finish(instantiate=len(sessions) == 1)
         except Exception as exc:
             failure = exc
-        else:
-            failure = None
+            session.keepalive = []
+        finally:
+            _registry.ended(session, locked=True)
+    _registry.run_deferred()
     if failure is not None:
         # The backend ended (and discarded) the capture before raising.
         exc = failure
-        session.keepalive = []
-        _registry.ended(session)
         translated = translate_driver_error(exc, repr(stream))
         if translated is not None:
             raise translated from exc
@@ -280,7 +280,7 @@ def end_capture(stream: Any) -> CapturedGraph:
             f"the capture on {stream!r} failed and was discarded: {exc}. "
             "The stream is usable and a new capture may begin"
         ) from exc
-    _registry.ended(session)
+    graph = CapturedGraph(executable, session.stream, session.handle, session.keepalive)
     if not session.keepalive and executable.num_nodes == 0:
         warnings.warn(
             f"the capture on {stream!r} recorded nothing: no kernel, op, copy or "
@@ -289,7 +289,7 @@ def end_capture(stream: Any) -> CapturedGraph:
             "capturing stream (kernel[grid, block, s](...), ops with stream=s)",
             CaptureWarning, stacklevel=2,
         )
-    return CapturedGraph(executable, session.stream, session.handle, session.keepalive)
+    return graph
 
 
 def abort_capture(stream: Any) -> None:

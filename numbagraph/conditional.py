@@ -332,14 +332,17 @@ class _Conditional:
         if not isinstance(cond, Condition):
             raise TypeError(f"{name} takes an ng.Condition, not {type(cond).__name__}")
         blocks = cond._live(f"cannot use {name}")
-        if stream is not None and _backend.stream_handle(stream) != blocks.session.handle:
+        if (stream is not None
+                and _registry.key_of(_backend.stream_handle(stream)) != blocks.session.key):
             raise ConditionalError(
                 f"{name} was given {stream!r}, but its Condition belongs to the "
                 f"capture on {blocks.stream!r}: blocks record work launched on "
                 "the stream whose capture made the Condition"
             )
         self._check_unused(cond, name)
-        if cond._default is None and not cond._passed:
+        # Inside a body, a kernel later in an enclosing loop may set it for
+        # the next pass; at the capture's top level nothing can.
+        if cond._default is None and not cond._passed and len(blocks.stack) == 1:
             raise ConditionalError(
                 f"{name} reads a Condition that has no default and that no kernel "
                 "was given before it: its value at each launch is whatever the "

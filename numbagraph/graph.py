@@ -126,6 +126,8 @@ class CapturedGraph:
             with _registry.lock:
                 if not instantiation_forbidden():
                     executable.instantiate()
+            # Releases that could not take the lock meanwhile wait for no one.
+            _registry.run_deferred()
             if not executable.instantiated:
                 guard_instantiation()  # raises, naming the captures that forbid it
                 return self._instantiated()
@@ -176,10 +178,10 @@ class CapturedGraph:
             guard_graph_launch(handle, "graph.launch()")
         launch = self._launchers.get(handle)
         if launch is None:
-            launch = self._launchers[handle] = self._instantiated().launcher(handle)
-            self._res.launched.add(handle)
             if handle != self._handle:
                 self._warn_if_scalars_unordered(stream)
+            launch = self._launchers[handle] = self._instantiated().launcher(handle)
+            self._res.launched.add(handle)
         launch()
 
     def _warn_if_scalars_unordered(self, stream: Any) -> None:
@@ -187,12 +189,15 @@ class CapturedGraph:
         not on ``stream``: a launch there may run before them."""
         handle = _backend.stream_handle(stream)
         wrappers = _registry.device_wrappers
+        keepalive = self._res.keepalive
+        # A scalar whose update the graph records is set inside it, in order.
+        recorded = {id(entry) for entry in keepalive if type(entry) in wrappers}
         streams = {
             repr(obj.stream)
-            for entry in self._res.keepalive
-            for obj in (entry[1] if isinstance(entry, tuple) and len(entry) == 2
-                        and isinstance(entry[1], tuple) else (entry,))
-            if type(obj) in wrappers and hasattr(obj, "update")
+            for entry in keepalive
+            if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], tuple)
+            for obj in entry[1]
+            if type(obj) in wrappers and hasattr(obj, "update") and id(obj) not in recorded
             and _backend.stream_handle(obj.stream) != handle
         }
         if streams:

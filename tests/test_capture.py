@@ -441,3 +441,79 @@ def test_a_global_capture_begins_only_once_no_unsafe_call_is_in_flight(stream):
     end_now.set()
     beginner.join()
     assert seen == [True]
+
+
+def test_a_global_capture_begins_while_another_thread_makes_unsafe_calls_back_to_back(stream):
+    # A beginning global capture goes first: calls made back to back on
+    # another thread cannot hold it off.
+    import threading
+
+    host = np.zeros(4, np.float32)
+    stop = threading.Event()
+
+    def loader():
+        loader_stream = cuda.stream()
+        while not stop.is_set():
+            try:
+                cuda.to_device(host, stream=loader_stream).copy_to_host(stream=loader_stream)
+            except ng.UncapturableOperationError:
+                pass  # refused while the global capture runs, as documented
+
+    worker = threading.Thread(target=loader)
+    worker.start()
+    begun = []
+    try:
+        beginner = threading.Thread(target=lambda: (
+            ng.begin_capture(stream, mode="global"), begun.append(True),
+            ng.abort_capture(stream)))
+        beginner.start()
+        beginner.join(timeout=60)
+    finally:
+        stop.set()
+        worker.join()
+    assert begun == [True]
+
+
+def test_an_interrupted_wait_for_unsafe_calls_lets_them_go(monkeypatch):
+    from numbagraph import _registry
+
+    def interrupted(timeout=None):
+        raise KeyboardInterrupt
+
+    with _registry.unsafe_call:  # one call in flight, so the beginning waits
+        monkeypatch.setattr(_registry._unsafe, "wait", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            with _registry.no_unsafe_calls:
+                pass
+        monkeypatch.undo()
+    assert _registry._beginning == 0 and _registry._unsafe_in_flight == 0
+    with _registry.unsafe_call:  # nothing held back
+        pass
+
+
+def test_a_capture_being_ended_still_counts_as_running(stream, kernels, warm_add, monkeypatch):
+    # Until the driver has ended it, other threads' checks see it.
+    import threading
+
+    from numbagraph import _registry
+
+    x, one = warm_add
+    ng.begin_capture(stream, mode="global")
+    kernels.add[1, 32, stream](x, one)
+    from numbagraph.backend import active as backend
+
+    session = _registry.on(backend.stream_handle(stream))
+    seen = []
+    abort = session.recording.abort
+
+    def slow_abort():
+        worker = threading.Thread(target=lambda: seen.append(
+            (session in _registry.active(), _registry.sessions.get(session.key) is session)))
+        worker.start()
+        worker.join()
+        abort()
+
+    monkeypatch.setattr(session.recording, "abort", slow_abort)
+    ng.abort_capture(stream)
+    assert seen == [(True, True)]
+    assert not ng.is_capturing(stream) and session not in _registry.active()

@@ -618,3 +618,20 @@ def test_precompile_names_what_it_cannot_compile():
 def test_precompile_names_an_argument_numba_cannot_pass():
     with pytest.raises(TypeError, match="argument 1 .* numba cannot pass"):
         ng.precompile(set_from, ng.Condition, object())
+
+
+def test_a_condition_set_later_in_an_enclosing_loop_may_drive_a_block_inside_it(stream, log):
+    # Inside a body, a kernel later in the enclosing loop sets the condition
+    # for the next pass: the block is legal.
+    counter = cuda.to_device(np.zeros(1, np.int32), stream=stream)
+    limit = scalar(3, stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            inner = ng.Condition()
+            with ng.if_then(inner):
+                log_tag[1, 1, stream](log, 7)
+            count_while_below[1, 1, stream](counter, limit, more)
+            set_from[1, 1, stream](inner, limit)
+    cap.graph.launch()
+    assert counter.copy_to_host(stream=stream)[0] == 3

@@ -210,3 +210,19 @@ def test_another_thread_replays_a_graph_while_a_global_capture_runs(stream, othe
         worker.join()
     assert not failures
     np.testing.assert_array_equal(x.copy_to_host(stream=other_stream), 3.0)
+
+
+def test_a_scalar_whose_update_the_graph_records_does_not_warn_on_another_stream(
+        stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        pos.update(2.0)  # set inside the graph, in order
+        kernels.add[1, 32, stream](x, pos)
+    stream.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cap.graph.launch(other_stream)
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)

@@ -22,6 +22,7 @@ import numpy as np
 from numba import cuda, types
 
 from ..backend import active as _backend
+from ..backend import capture_key as _backend_capture_key
 from ..errors import OpError
 from ..safety import allocation_allowed
 from . import _launch, _reduce_kernels as _rk
@@ -56,14 +57,16 @@ def _plan(n: int, unroll: int) -> int:
     return min(_max_parts(), max(1, -(-n // (unroll * threads))))
 
 
-# Scratch for part results: per (stream, device), per accumulator dtype.
-_scratch: dict[tuple[int, int], dict[tuple, Any]] = {}
+# Scratch for part results: per (stream, device), per accumulator dtype. A
+# stream is known by its capture key: the per-thread default stream is one
+# handle for a different stream on each thread, and those run at once.
+_scratch: dict[tuple[Any, int], dict[tuple, Any]] = {}
 
 
 def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
     """The part-result arrays of the stream with this handle, or None when
     they do not exist and the allocation rule forbids making them now."""
-    key = (handle, _backend.current_device_id())
+    key = (_backend_capture_key(handle), _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
     per_stream = _scratch.setdefault(key, {})
