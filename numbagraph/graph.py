@@ -274,6 +274,8 @@ class CapturedGraph:
         executable, source = self._instantiated(), other._executable()
         try:
             executable.update(source)
+        except GraphClosedError:
+            raise
         except Exception as exc:
             raise NumbagraphError(
                 f"graph update failed: {exc}. update() needs a graph captured "

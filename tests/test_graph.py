@@ -226,3 +226,27 @@ def test_a_scalar_whose_update_the_graph_records_does_not_warn_on_another_stream
         cap.graph.launch(other_stream)
     other_stream.synchronize()
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+def test_an_update_from_an_updated_graph_takes_what_that_graph_runs_now(stream, kernels):
+    # g1.update(g2); g3.update(g1): g3 runs g2's arguments, as g1 does.
+    arrays = [device_zeros(32, stream=stream) for _ in range(3)]
+    one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](arrays[0], one)
+    stream.synchronize()
+    for a in arrays:
+        a.copy_to_device(np.zeros(32, np.float32), stream=stream)
+    graphs = []
+    for target in arrays:
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](target, one)
+        graphs.append(cap.graph)
+    g1, g2, g3 = graphs
+    g1.update(g2)
+    g3.update(g1)
+    g3.launch()
+    g1.launch()
+    hosts = [a.copy_to_host(stream=stream) for a in arrays]
+    np.testing.assert_array_equal(hosts[0], 0.0)
+    np.testing.assert_array_equal(hosts[1], 2.0)
+    np.testing.assert_array_equal(hosts[2], 0.0)

@@ -23,6 +23,7 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _numba_driver
 
 from ._streams import stream_handle  # noqa: F401  (a backend member)
+from ..errors import GraphClosedError
 from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
 )
@@ -145,6 +146,10 @@ class Executable:
         self._definition = graph
         self._graph = None
         self._num_nodes: int | None = None
+        # The executable whose definition this one's parameters come from
+        # since its last update (None: its own). Definitions never change,
+        # so this is the definition to update another graph from.
+        self._applied: "Executable | None" = None
 
     @property
     def num_nodes(self) -> int:
@@ -182,8 +187,15 @@ class Executable:
         check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
+        source = other._applied or other
+        if source._definition is None:
+            raise GraphClosedError(
+                "the graph given was itself updated from a graph that has since "
+                "been closed, whose parameters are gone; update from a graph "
+                "that is still open")
         check("cuGraphExecUpdate",
-              cu.cuGraphExecUpdate(self.instantiate(), other._definition))
+              cu.cuGraphExecUpdate(self.instantiate(), source._definition))
+        self._applied = None if source is self else source
 
     def close(self) -> None:
         """Destroy the instantiation and the graph; once is enough."""

@@ -100,7 +100,9 @@ class Executable(Protocol):
         """Upload the graph on the stream ahead of its first launch."""
 
     def update(self, other: "Executable") -> None:
-        """Take ``other``'s node parameters; raises if its shape differs."""
+        """Take the node parameters ``other`` runs now (those it took at its
+        own last update, if any); raises if its shape differs, and
+        GraphClosedError if the graph those came from was closed."""
 
     def close(self) -> None:
         """Free the graph."""
