@@ -145,7 +145,7 @@ def claim(session: Session) -> bool:
     """Make this caller the one that ends the session; False when another
     has already. The session stays among the captures in progress until
     :func:`ended`. Call with :data:`lock` held."""
-    if session.ending or sessions.get(session.key) is not session:
+    if not session.current:
         return False
     session.ending = True
     return True
@@ -156,11 +156,15 @@ def ended(session: Session, *, locked: bool = False) -> None:
     captures in progress, numba frees again, and (unless ``locked``: the
     caller holds :data:`lock` and runs :func:`run_deferred` after) the
     releases waiting for no capture run if none is left."""
-    if not locked:
-        with lock:
-            ended(session, locked=True)
-        run_deferred()
+    if locked:
+        _leave(session)
         return
+    with lock:
+        _leave(session)
+    run_deferred()
+
+
+def _leave(session: Session) -> None:
     if sessions.get(session.key) is session:
         del sessions[session.key]
     # Under the lock, as the hold was taken: the count it lowers is shared.

@@ -21,8 +21,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda, types
 
+from .. import _registry
 from ..backend import active as _backend
-from ..backend import capture_key as _backend_capture_key
 from ..errors import OpError
 from ..safety import allocation_allowed
 from . import _launch, _reduce_kernels as _rk
@@ -66,7 +66,7 @@ _scratch: dict[tuple[Any, int], dict[tuple, Any]] = {}
 def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
     """The part-result arrays of the stream with this handle, or None when
     they do not exist and the allocation rule forbids making them now."""
-    key = (_backend_capture_key(handle), _backend.current_device_id())
+    key = (_registry.key_of(handle), _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
     per_stream = _scratch.setdefault(key, {})
