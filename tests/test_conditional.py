@@ -566,6 +566,46 @@ def test_a_capture_that_cannot_resume_after_a_block_ends_and_says_so(
     assert counter.copy_to_host(stream=stream)[0] == 2
 
 
+@pytest.mark.driver_only(reason="only the driver hands out the graph a paused capture "
+                                 "records into, which someone must destroy")
+def test_a_capture_that_cannot_resume_destroys_the_graph_it_had(stream, counter, monkeypatch):
+    from cuda.bindings import driver as cu
+
+    from numbagraph.backend import driver_base, driver_conditional
+
+    paused, destroyed = [], []
+    pause, destroy = driver_conditional._pause, cu.cuGraphDestroy
+
+    def recording_pause(handle):
+        saved = pause(handle)
+        paused.append(int(saved[0]))
+        return saved
+
+    def refused_resume(handle, mode, graph, deps):
+        raise driver_base.DriverError(
+            "cuStreamBeginCaptureToGraph", cu.CUresult.CUDA_ERROR_INVALID_VALUE)
+
+    def recording_destroy(graph):
+        destroyed.append(int(graph))
+        return destroy(graph)
+
+    limit = scalar(2, stream)
+    ng.begin_capture(stream)
+    more = ng.Condition(default=1)
+    monkeypatch.setattr(driver_conditional, "_pause", recording_pause)
+    monkeypatch.setattr(driver_conditional, "_resume", refused_resume)
+    monkeypatch.setattr(cu, "cuGraphDestroy", recording_destroy)
+    with pytest.raises(ng.CaptureInvalidatedError, match="could not be resumed"):
+        with ng.while_loop(more):
+            pass
+    monkeypatch.undo()
+    assert paused and paused[0] in destroyed
+    assert not ng.is_capturing(stream)
+    counter.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    counting_loop(stream, counter, limit).launch()
+    assert counter.copy_to_host(stream=stream)[0] == 2
+
+
 @pytest.mark.parametrize("opener", [
     lambda cond: ng.while_loop(cond),
     lambda cond: ng.if_then(cond),

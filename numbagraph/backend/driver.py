@@ -77,6 +77,9 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
+        # The capture's own graph, if a conditional block ended the capture
+        # and the driver refused to begin it again: abort destroys it.
+        self.stranded: Any = None
         self._release: Callable[[], None] | None = _hold_frees(_stream_context(handle))
         try:
             check("cuStreamBeginCapture",
@@ -137,6 +140,9 @@ class Recording:
             err, graph = cu.cuStreamEndCapture(self.handle)
             if err == cu.CUresult.CUDA_SUCCESS and graph is not None and int(graph):
                 cu.cuGraphDestroy(graph)
+        stranded, self.stranded = self.stranded, None
+        if stranded is not None:
+            cu.cuGraphDestroy(stranded)
 
 
 class Executable:

@@ -159,7 +159,18 @@ class ConditionalNode(BodyTracking):
             node = _add_node(graph, deps, params)
             self._bodies = [params.conditional.phGraph_out[i] for i in range(size)]
         finally:
-            _resume(handle, mode, graph, deps if node is None else [node])
+            self._resume(graph, deps if node is None else [node])
+
+    def _resume(self, graph: Any, deps: list) -> None:
+        """Resume the enclosing capture into ``graph``. If the driver refuses
+        while no body is open, ``graph`` is the capture's own and nothing
+        else holds it: the recording keeps it, to destroy it on abort."""
+        try:
+            _resume(self._handle, self._mode, graph, deps)
+        except DriverError:
+            if not self._recording.open_bodies:
+                self._recording.stranded = graph
+            raise
 
     def begin_branch(self, index: int) -> None:
         saved = _pause(self._handle)
@@ -171,7 +182,7 @@ class ConditionalNode(BodyTracking):
                 ),
             )
         except DriverError:
-            _resume(self._handle, self._mode, *saved)
+            self._resume(*saved)
             raise
         self._opened(saved)
 
@@ -180,7 +191,7 @@ class ConditionalNode(BodyTracking):
         try:
             check("cuStreamEndCapture", cu.cuStreamEndCapture(self._handle))
         finally:
-            _resume(self._handle, self._mode, *saved)
+            self._resume(*saved)
 
     def abandon_branch(self, resume: bool) -> None:
         """Stop recording the body after a failure; resume the enclosing
@@ -191,6 +202,6 @@ class ConditionalNode(BodyTracking):
         if is_capturing(self._handle):
             cu.cuStreamEndCapture(self._handle)  # an invalidated body ends too
         try:
-            _resume(self._handle, self._mode, *saved)
+            self._resume(*saved)
         except DriverError:
-            pass  # the enclosing capture is aborted next; nothing to restore
+            pass  # the enclosing capture is aborted next, stranded graph and all
