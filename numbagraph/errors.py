@@ -25,8 +25,11 @@ __all__ = [
     "ScalarValueError",
     "OpError",
     "ConditionalError",
+    "RebindError",
+    "GraphedError",
     "NumbagraphWarning",
     "CaptureWarning",
+    "GraphedWarning",
 ]
 
 
@@ -119,6 +122,19 @@ class ConditionalError(NumbagraphError, RuntimeError):
     """
 
 
+class RebindError(NumbagraphError, ValueError):
+    """[CapturedGraph.rebind][numbagraph.CapturedGraph.rebind] was given
+    arrays it cannot rebind: one the graph does not use, a layout (shape,
+    dtype, strides) other than the old array's, or old arrays that overlap.
+    The graph is left unchanged."""
+
+
+class GraphedError(NumbagraphError, TypeError):
+    """A [graphed][numbagraph.graphed] function was called or written in a way
+    it cannot replay: an argument that cannot be part of a signature (not
+    hashable), or a return value that is not one of its array arguments."""
+
+
 class NumbagraphWarning(UserWarning):
     """Base class of every numbagraph warning: something that runs, but most
     likely not as meant. Turn them into errors with
@@ -129,6 +145,12 @@ class CaptureWarning(NumbagraphWarning):
     """Work that ran at once, or a graph that came out empty, while a capture
     was meant to record it; or a replay not ordered after the updates of the
     scalars it reads."""
+
+
+class GraphedWarning(NumbagraphWarning):
+    """A [graphed][numbagraph.graphed] function keeps capturing new graphs:
+    a plain value that changes from call to call (it belongs in a
+    DeviceScalar), or more signatures than its cache holds."""
 
 
 # What the driver's stream-capture errors mean, in the terms of this module:

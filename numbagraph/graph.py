@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from typing import Any
 
-from . import _registry
+from . import _rebind, _registry
 from ._registry import release_when_idle
 from ._registry import sessions as _captures
 from .backend import active as _backend
-from .errors import CaptureWarning, GraphClosedError, NumbagraphError
+from .errors import (
+    CaptureStateError, CaptureWarning, GraphClosedError, NumbagraphError, RebindError,
+)
 from .safety import guard_graph_launch, guard_instantiation, instantiation_forbidden
 
 __all__ = ["CapturedGraph"]
@@ -23,17 +26,27 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive", "launched")
+    __slots__ = ("executable", "keepalive", "spans", "launched")
 
     def __init__(self, executable: Any, keepalive: list):
         self.executable = executable
         self.keepalive = keepalive
+        # Once the graph is first rebound: the arrays its nodes use, as
+        # [start, end, object], one per span (the rest stays in keepalive).
+        self.spans: list[list] | None = None
         # Handles of the streams the graph was launched on.
         self.launched: set[int] = set()
 
+    def arrays(self) -> list:
+        """Everything the graph keeps alive, as one list."""
+        if self.spans is None:
+            return self.keepalive
+        return [*self.keepalive, *(entry[2] for entry in self.spans)]
+
     def release(self) -> None:
         executable, self.executable = self.executable, None
-        keepalive, self.keepalive = self.keepalive, []
+        keepalive, self.keepalive = self.arrays(), []
+        self.spans = None
         if executable is None and not keepalive:
             return
         # Destroying a graph or freeing what it used can break a capture in
@@ -192,11 +205,15 @@ class CapturedGraph:
         keepalive = self._res.keepalive
         # A scalar whose update the graph records is set inside it, in order.
         recorded = {id(entry) for entry in keepalive if type(entry) in wrappers}
-        streams = {
-            repr(obj.stream)
+        given = [
+            obj
             for entry in keepalive
             if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], tuple)
             for obj in entry[1]
+        ] + [entry[2] for entry in self._res.spans or ()]
+        streams = {
+            repr(obj.stream)
+            for obj in given
             if type(obj) in wrappers and hasattr(obj, "update") and id(obj) not in recorded
             and _backend.stream_handle(obj.stream) != handle
         }
@@ -284,8 +301,85 @@ class CapturedGraph:
             ) from exc
         # The graph now runs other's arguments, and only those; the old ones
         # are dropped as a closed graph's are, once no capture runs.
-        superseded, self._res.keepalive = self._res.keepalive, list(other._res.keepalive)
+        superseded = self._res.arrays()
+        self._res.keepalive = list(other._res.keepalive)
+        self._res.spans = None if other._res.spans is None else [
+            list(entry) for entry in other._res.spans]
         self._res.drop(superseded)
+
+    def rebind(self, mapping: Any) -> None:
+        """Point the graph at other arrays of the same layout, without
+        capturing or instantiating again.
+
+        Every argument of every recorded node that points into an old
+        array's memory (the array itself or any view of it: ``x[1:]``, a
+        row, a reshape) is re-pointed at the same offset into the new one:
+        kernel arguments, device copies and fills, recorded
+        ``DeviceScalar.update`` calls and the nodes inside while/if/switch
+        bodies alike. The graph then keeps the new arrays alive and drops
+        the old ones. Launches already enqueued run with the arrays they
+        were launched with (CUDA's rule); launches from now on use the new
+        ones.
+
+        Parameters
+        ----------
+        mapping
+            ``{old: new}``, or an iterable of ``(old, new)`` pairs; each a
+            device array, an object with ``__cuda_array_interface__``, or a
+            DeviceScalar (rebound to a DeviceScalar), the new one with the
+            old one's shape, dtype and strides.
+
+        Raises
+        ------
+        RebindError
+            An old array is not used by the graph, a pair differs in layout
+            or kind, two old arrays overlap, or ``mapping`` is not a mapping.
+            Checked before anything changes: the graph is left as it was.
+        GraphClosedError
+            The graph was closed.
+        CaptureStateError
+            Called while the calling thread captures: a rebinding is not
+            recorded, and takes effect at once.
+        UncapturableOperationError
+            The graph, captured while another capture was active, must be
+            instantiated now and a capture forbids it.
+
+        Examples
+        --------
+        ```python
+        with ng.capture(s) as cap:
+            step[4, 256, s](x, pos)
+        graph = cap.graph
+        graph.rebind({x: y})     # the same step, on y
+        graph.launch()
+        ```
+        """
+        pairs = _rebind.pairs_of(mapping)
+        moves = _rebind.moves_for(pairs)
+        if _captures:
+            mine = [s for s in _registry.active() if s.thread is threading.current_thread()]
+            if mine:
+                raise CaptureStateError(
+                    f"graph.rebind() while this thread captures on {mine[0].stream!r}: "
+                    "a rebinding is not recorded into a capture, it changes the graph "
+                    "at once. Rebind before the capture begins or after it ends")
+        if not moves:
+            self._executable()
+            return
+        plan = self._instantiated().plan_rebind(moves)
+        unused = [i for i, used in enumerate(plan.used) if not used]
+        if unused:
+            old = pairs[unused[0]][0]
+            raise RebindError(
+                f"rebind: the graph does not use the {type(old).__name__} given as old "
+                f"array of pair {unused[0]} (no node points into its memory); "
+                "rebind only arrays the graph's launches, copies or fills were given")
+        res = self._res
+        if res.spans is None:
+            res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
+        plan.apply()
+        # The old arrays go once no capture runs, as a closed graph's do.
+        res.drop(_rebind.rebind_spans(res.spans, res.keepalive, pairs, moves))
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

@@ -15,10 +15,10 @@ LAYERS = [
     ("errors", "backend"),
     ("_registry",),
     ("safety",),
-    ("_patches", "graph"),
+    ("_patches", "graph", "_rebind"),
     ("capture",),
     ("scalar", "conditional", "alloc"),
-    ("ops", "precompile"),
+    ("ops", "precompile", "graphed"),
     ("bench", "soak", "__init__"),
 ]
 

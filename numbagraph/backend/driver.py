@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from cuda.bindings import driver as cu
@@ -27,7 +27,8 @@ from ..errors import GraphClosedError
 from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
 )
-from .interface import LaunchHook, Patch
+from .driver_rebind import NodeIndex, graph_nodes
+from .interface import LaunchHook, Move, Patch
 
 NAME = "cuda"
 
@@ -77,6 +78,8 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
+        # Every conditional body graph made in the capture, in order.
+        self.bodies: list = []
         # The capture's own graph, if a conditional block ended the capture
         # and the driver refused to begin it again: abort destroys it.
         self.stranded: Any = None
@@ -115,7 +118,9 @@ class Recording:
             # and leaves no graph; anything still capturing is ended here.
             self.abort()
             raise DriverError("cuStreamEndCapture", err)
-        executable = Executable(graph)
+        err, ctx = cu.cuStreamGetCtx(self.handle)
+        executable = Executable(graph, self.bodies,
+                                ctx if err == cu.CUresult.CUDA_SUCCESS else None)
         if instantiate:
             try:
                 executable.instantiate()
@@ -148,14 +153,19 @@ class Recording:
 class Executable:
     """A captured graph, which it owns, and its instantiation."""
 
-    def __init__(self, graph: Any):
+    def __init__(self, graph: Any, bodies: Sequence[Any] = (), ctx: Any = None):
         self._definition = graph
+        self._bodies = tuple(bodies)
+        self._ctx = ctx
         self._graph = None
         self._num_nodes: int | None = None
         # The executable whose definition this one's parameters come from
         # since its last update (None: its own). Definitions never change,
         # so this is the definition to update another graph from.
         self._applied: "Executable | None" = None
+        # The pointers its nodes hold now, once a rebinding or an update from
+        # a rebound graph has changed them (None: those of the definition).
+        self._index: NodeIndex | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -202,6 +212,24 @@ class Executable:
         check("cuGraphExecUpdate",
               cu.cuGraphExecUpdate(self.instantiate(), source._definition))
         self._applied = None if source is self else source
+        # What other's rebindings changed, it runs on top of its definition.
+        self._index = None if other._index is None else other._index.copy_onto(
+            self._graph, self._ctx, self._nodes())
+
+    def _nodes(self) -> list[Any]:
+        return graph_nodes(self._definition, self._bodies)
+
+    def plan_rebind(self, moves: Sequence[Move]) -> Any:
+        if self._index is None:
+            source = self._applied or self
+            if source._definition is None:
+                raise GraphClosedError(
+                    "this graph was updated from a graph that has since been "
+                    "closed, whose parameters are gone; update it again from a "
+                    "graph that is still open")
+            self._index = NodeIndex(self.instantiate(), self._ctx, self._nodes(),
+                                    source._nodes())
+        return self._index.plan(moves)
 
     def close(self) -> None:
         """Destroy the instantiation and the graph; once is enough."""

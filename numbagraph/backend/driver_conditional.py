@@ -158,6 +158,7 @@ class ConditionalNode(BodyTracking):
             params.conditional.ctx = check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
             node = _add_node(graph, deps, params)
             self._bodies = [params.conditional.phGraph_out[i] for i in range(size)]
+            recording.bodies.extend(self._bodies)
         finally:
             self._resume(graph, deps if node is None else [node])
 

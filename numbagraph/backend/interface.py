@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-__all__ = ["Backend", "Recording", "Executable", "ConditionalNode", "Patch",
+__all__ = ["Backend", "Recording", "Executable", "RebindPlan", "Move", "ConditionalNode", "Patch",
            "LaunchHook", "MEMBERS", "bind"]
 
 LaunchHook = Callable[[int, Any, tuple], tuple]
@@ -83,6 +83,26 @@ class Recording(Protocol):
         capture, for a capture that no thread may end any more."""
 
 
+class Move(NamedTuple):
+    """A rebinding of one array: pointers in ``[start, end)`` move by
+    ``shift`` bytes, into ``target``, the device array that now holds them."""
+
+    start: int
+    end: int
+    shift: int
+    target: Any
+
+
+class RebindPlan(Protocol):
+    """The changes a rebinding makes, worked out before any is made."""
+
+    used: list[bool]
+    """Per move: whether any node holds a pointer it moves."""
+
+    def apply(self) -> None:
+        """Make the changes; a failure leaves the graph as it was."""
+
+
 class Executable(Protocol):
     """A captured graph, instantiated on first use if not already."""
 
@@ -103,6 +123,11 @@ class Executable(Protocol):
         """Take the node parameters ``other`` runs now (those it took at its
         own last update, if any); raises if its shape differs, and
         GraphClosedError if the graph those came from was closed."""
+
+    def plan_rebind(self, moves: Sequence[Move]) -> RebindPlan:
+        """Work out which recorded pointers ``moves`` re-point (in kernel
+        arguments, copies, fills and conditional bodies alike), changing
+        nothing until the plan is applied. The graph is instantiated first."""
 
     def close(self) -> None:
         """Free the graph."""

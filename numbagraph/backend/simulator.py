@@ -16,7 +16,7 @@ import functools
 import itertools
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numba import cuda
@@ -28,7 +28,7 @@ from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
 from ._streams import capture_key, stream_handle  # noqa: F401  (stream_handle: a backend member)
-from .interface import LaunchHook, Patch
+from .interface import LaunchHook, Move, Patch
 
 NAME = "simulator"
 
@@ -175,8 +175,86 @@ class Executable:
         self.instantiated = True
         self._prologue = other._prologue
 
+    def plan_rebind(self, moves: Sequence[Move]) -> "_Plan":
+        return _Plan(self, moves)
+
     def close(self) -> None:
         self._nodes = ()
+
+
+class _Plan:
+    """A rebinding: the recorded calls rebuilt over the moved arrays, put in
+    place by ``apply``. The calls are rebuilt, never changed, since a graph
+    updated from this one shares them."""
+
+    __slots__ = ("used", "_executable", "_nodes")
+
+    def __init__(self, executable: Executable, moves: Sequence[Move]):
+        self._executable = executable
+        self.used = [False] * len(moves)
+        rebind = _Rebinder(moves, self.used)
+        self._nodes = tuple(rebind(node) for node in executable._nodes)
+
+    def apply(self) -> None:
+        self._executable._nodes = self._nodes
+
+
+class _At:
+    """NumPy's view of ``like``'s layout at another address, keeping the
+    array that owns that memory alive."""
+
+    def __init__(self, ptr: int, like: np.ndarray, owner: Any):
+        self.owner = owner
+        self.__array_interface__ = {
+            "shape": like.shape, "typestr": like.dtype.str, "descr": like.dtype.descr,
+            "data": (ptr, False), "strides": like.strides, "version": 3,
+        }
+
+
+class _Rebinder:
+    """Rebuilds a recorded call, or any value it holds, with every array
+    inside a moved range replaced by the same view of the range's target."""
+
+    def __init__(self, moves: Sequence[Move], used: list[bool]):
+        self._moves, self._used = moves, used
+
+    def _array(self, ary: np.ndarray) -> np.ndarray | None:
+        ptr = ary.__array_interface__["data"][0]
+        for i, move in enumerate(self._moves):
+            if move.start <= ptr < move.end:
+                self._used[i] = True
+                target = move.target
+                return np.asarray(_At(ptr + move.shift, ary, getattr(target, "_ary", target)))
+        return None
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, _FakeArray):
+            moved = self._array(value._ary)
+            return value if moved is None else _FakeArray(moved, stream=value.stream)
+        if isinstance(value, np.ndarray):
+            moved = self._array(value)
+            return value if moved is None else moved
+        if isinstance(value, (tuple, list)):
+            items = [self(item) for item in value]
+            if all(a is b for a, b in zip(items, value)):
+                return value
+            return type(value)(items)
+        if isinstance(value, functools.partial):
+            func = value.func
+            owner = getattr(func, "__self__", None)
+            if isinstance(owner, np.ndarray):  # a bound method, as ndarray.fill
+                moved = self(owner)
+                func = func if moved is owner else getattr(moved, func.__name__)
+            args = self(value.args)
+            keywords = {k: self(v) for k, v in value.keywords.items()}
+            if func is value.func and args is value.args and all(
+                    keywords[k] is v for k, v in value.keywords.items()):
+                return value
+            return functools.partial(func, *args, **keywords)
+        rebound = getattr(value, "rebound", None)  # a call holding calls: a conditional node
+        if rebound is not None:
+            return rebound(self)
+        return value
 
 
 # ---------------------------------------------------------------- capture safety
@@ -227,6 +305,10 @@ def _device_copy(self, ary, stream=0):
                        functools.partial(_copy_to_device, self, ary, stream))
         return
     _copy_to_device(self, ary, stream)
+
+
+def _identity_hash(self: Any) -> int:
+    return object.__hash__(self)
 
 
 def _keeping_stream(make: Callable[..., Any]) -> Callable[..., Any]:
@@ -401,6 +483,9 @@ def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
                 "arrays remember the stream they were made for, as numba's device "
                 "arrays do, so that their copies default to it")
           for name in ("to_device", "device_array_like")),
+        Patch(_FakeArray, "__hash__", _replace(_identity_hash),
+              "simulated device arrays are hashable by identity, as numba's device "
+              "arrays are, so that they can key a rebind() mapping"),
         Patch(_FakeArray, "copy_to_device", _replace(_device_copy),
               "a device-to-device copy on a capturing stream is recorded, as on the GPU"),
         Patch(shared, "array", _replace(_shared_array),

@@ -80,6 +80,12 @@ class _Node:
         self.kind, self.cell = kind, cell
         self.bodies: list[list[Callable[[], None]]] = [[] for _ in range(size)]
 
+    def rebound(self, rebind: Callable[[Any], Any]) -> "_Node":
+        """This node with every call in its bodies passed through ``rebind``."""
+        node = _Node(self.kind, self.cell, 0)
+        node.bodies = [[rebind(call) for call in body] for body in self.bodies]
+        return node
+
     def __call__(self) -> None:
         cell, bodies = self.cell, self.bodies
         if self.kind == "while":

@@ -1,0 +1,167 @@
+"""What a rebinding moves: the memory of each array named, and where to.
+
+An array given to ``rebind`` is known by the memory it covers, so a node
+that was given a view of it (``x[1:]``, a row, a reshape) moves with it, to
+the same offset in the new array. Both arrays must have one layout (shape,
+dtype, strides), so that every such offset exists in the new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import _registry
+from .backend import active as _backend
+from .backend.interface import Move
+from .errors import RebindError
+
+__all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans"]
+
+
+def pairs_of(mapping: Any) -> list[tuple[Any, Any]]:
+    """``mapping`` as a list of ``(old, new)`` pairs: a dict, or an iterable
+    of pairs (for arrays that cannot be dict keys)."""
+    if hasattr(mapping, "items"):
+        return list(mapping.items())
+    try:
+        pairs = [tuple(pair) for pair in mapping]
+    except TypeError:
+        raise RebindError(
+            f"rebind() takes a dict {{old: new}} or (old, new) pairs, not "
+            f"{type(mapping).__name__}") from None
+    for pair in pairs:
+        if len(pair) != 2:
+            raise RebindError(f"rebind() takes (old, new) pairs; got one of {len(pair)} items")
+    return pairs
+
+
+def device_array_of(obj: Any) -> Any:
+    """The device array behind ``obj`` (a device array, a DeviceScalar, or
+    anything with ``__cuda_array_interface__``), or None."""
+    unwrap = _registry.device_wrappers.get(type(obj))
+    if unwrap is not None:
+        dev = getattr(obj, "_dev", None)
+        return dev if dev is not None else None
+    if isinstance(obj, _backend.DEVICE_ARRAY_TYPES):
+        return obj
+    if getattr(obj, "__cuda_array_interface__", None) is None:
+        return None
+    return _backend.as_device_array(obj)
+
+
+def _layout(dev: Any) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:
+    return tuple(dev.shape), np.dtype(dev.dtype), tuple(dev.strides)
+
+
+def span(dev: Any) -> tuple[int, int, int]:
+    """``(pointer, start, end)``: the address of the first element and the
+    bytes ``[start, end)`` the array covers."""
+    ptr = _backend.device_pointer(dev)
+    shape, dtype, strides = _layout(dev)
+    if any(n == 0 for n in shape):
+        return ptr, ptr, ptr
+    low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+    return ptr, ptr + low, ptr + high + dtype.itemsize
+
+
+def _describe(obj: Any) -> str:
+    dev = device_array_of(obj)
+    kind = type(obj).__name__
+    if dev is None:
+        return kind
+    shape, dtype, strides = _layout(dev)
+    return f"{kind} of shape {shape}, dtype {dtype}, strides {strides}"
+
+
+def moves_for(pairs: list[tuple[Any, Any]]) -> list[Move]:
+    """One move per pair, each checked: both sides arrays of one kind and
+    layout, no two old arrays overlapping. Raises RebindError naming the
+    pair and the fix."""
+    moves: list[Move] = []
+    for i, (old, new) in enumerate(pairs):
+        old_dev, new_dev = device_array_of(old), device_array_of(new)
+        for side, obj, dev in (("key", old, old_dev), ("value", new, new_dev)):
+            if dev is None:
+                raise RebindError(
+                    f"rebind pair {i}: the {side} is a {type(obj).__name__}, not a device "
+                    "array, DeviceScalar or object with __cuda_array_interface__")
+        old_scalar = type(old) in _registry.device_wrappers
+        if old_scalar != (type(new) in _registry.device_wrappers):
+            raise RebindError(
+                f"rebind pair {i}: {type(old).__name__} and {type(new).__name__} are not "
+                "both DeviceScalars or both arrays; a scalar is rebound to a scalar")
+        if _layout(old_dev) != _layout(new_dev):
+            raise RebindError(
+                f"rebind pair {i}: the new array ({_describe(new)}) does not have the "
+                f"layout of the old one ({_describe(old)}); rebinding keeps every "
+                "recorded shape and offset, so both need the same shape, dtype and "
+                "strides. Capture a new graph for another layout")
+        old_ptr, start, end = span(old_dev)
+        new_ptr = _backend.device_pointer(new_dev)
+        if end == start:
+            raise RebindError(f"rebind pair {i}: the old array is empty; no node can use it")
+        moves.append(Move(start, end, new_ptr - old_ptr, new_dev))
+    ordered = sorted(range(len(moves)), key=lambda k: moves[k].start)
+    for a, b in zip(ordered, ordered[1:]):
+        if moves[b].start < moves[a].end:
+            raise RebindError(
+                f"rebind pairs {min(a, b)} and {max(a, b)}: the old arrays overlap "
+                "(one is a view of the other); name the array once, as its views "
+                "move with it")
+    return moves
+
+
+_PLAIN = (int, float, complex, str, bytes, np.generic, type(None))
+
+
+def spans_of(keepalive: list) -> tuple[list, list[list]]:
+    """Split what a graph keeps alive into what holds no array (kernels,
+    recorded scalars, conditions: kept as they are) and the arrays its
+    launches were given, as ``[start, end, object]``, one per distinct span
+    (views of one array made at every launch come down to a few)."""
+    rest: list = []
+    spans: dict[tuple[int, int], list] = {}
+
+    def visit(value: Any, top: bool) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                visit(item, False)
+            return
+        dev = None if isinstance(value, _PLAIN) else device_array_of(value)
+        if dev is None:
+            if not isinstance(value, _PLAIN):
+                rest.append(value)
+            return
+        if top and type(value) in _registry.device_wrappers:
+            rest.append(value)  # a scalar whose update the graph records
+        _, start, end = span(dev)
+        spans.setdefault((start, end), [start, end, value])
+
+    for entry in keepalive:
+        visit(entry, True)
+    return rest, list(spans.values())
+
+
+def rebind_spans(spans: list[list], keepalive: list, pairs: list[tuple[Any, Any]],
+                 moves: list[Move]) -> list:
+    """Point ``spans`` and the DeviceScalars in ``keepalive`` at the new
+    objects of ``pairs``, in place; returns the objects they held before."""
+    replaced = []
+    for entry in spans:
+        for (_, new), move in zip(pairs, moves):
+            if move.start <= entry[0] < move.end:
+                replaced.append(entry[2])
+                entry[0] += move.shift
+                entry[1] += move.shift
+                entry[2] = new
+                break
+    for i, value in enumerate(keepalive):
+        for old, new in pairs:
+            if value is old:
+                replaced.append(value)
+                keepalive[i] = new
+                break
+    return replaced

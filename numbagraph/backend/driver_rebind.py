@@ -1,0 +1,258 @@
+"""Re-pointing a graph's nodes at other memory, node by node, on the driver.
+
+A graph's nodes are read once, from the definition whose parameters the
+executable runs, into an index of every device pointer they hold: each
+8-byte, 8-aligned kernel parameter, the device ends of copies and the
+destination of fills. A rebinding moves each pointer that falls inside a
+moved range by that range's shift and sets the changed nodes on the
+executable (``cuGraphExec*NodeSetParams``); definitions never change, so the
+index is what the executable runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Sequence
+
+from cuda.bindings import driver as cu
+
+from .driver_base import DriverError, check
+from .interface import Move
+
+__all__ = ["NodeIndex", "graph_nodes"]
+
+_TYPES = cu.CUgraphNodeType
+_KERNEL = _TYPES.CU_GRAPH_NODE_TYPE_KERNEL
+_MEMCPY = _TYPES.CU_GRAPH_NODE_TYPE_MEMCPY
+_MEMSET = _TYPES.CU_GRAPH_NODE_TYPE_MEMSET
+_DEVICE_MEMORY = (cu.CUmemorytype.CU_MEMORYTYPE_DEVICE, cu.CUmemorytype.CU_MEMORYTYPE_UNIFIED)
+
+
+def graph_nodes(graph: Any, bodies: Sequence[Any]) -> list[Any]:
+    """Every node of ``graph`` and then of its conditional ``bodies``, each
+    graph's nodes in the order the driver gives them (that of their making,
+    which graph updates pair nodes by)."""
+    nodes: list[Any] = []
+    for g in (graph, *bodies):
+        _, count = check("cuGraphGetNodes", cu.cuGraphGetNodes(g))
+        if count:
+            found, count = check("cuGraphGetNodes", cu.cuGraphGetNodes(g, count))
+            nodes.extend(found[:count])
+    return nodes
+
+
+# A kernel's parameter layout, ``[(offset, size), ...]``, by function handle.
+_layouts: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+
+def _layout(params: Any) -> list[tuple[int, int]]:
+    if int(params.func):
+        key, query, handle = ("func", int(params.func)), cu.cuFuncGetParamInfo, params.func
+    else:
+        key, query, handle = ("kern", int(params.kern)), cu.cuKernelGetParamInfo, params.kern
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = []
+        while True:
+            err, offset, size = query(handle, len(layout))
+            if err != cu.CUresult.CUDA_SUCCESS:
+                break  # past the last parameter
+            layout.append((int(offset), int(size)))
+        _layouts[key] = layout
+    return layout
+
+
+_LAUNCH_FIELDS = ("func", "kern", "ctx", "gridDimX", "gridDimY", "gridDimZ",
+                  "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes")
+_MEMCPY_FIELDS = tuple(
+    end + field for end in ("src", "dst")
+    for field in ("XInBytes", "Y", "Z", "LOD", "MemoryType", "Host", "Device", "Array",
+                  "Pitch", "Height")) + ("WidthInBytes", "Height", "Depth")
+_MEMSET_FIELDS = ("dst", "pitch", "value", "elementSize", "width", "height")
+
+
+def _copied(params: Any, fields: Sequence[str]) -> Any:
+    copy = type(params)()
+    for name in fields:
+        setattr(copy, name, getattr(params, name))
+    return copy
+
+
+class _Kernel:
+    """A kernel node's parameters, held in a buffer the node's
+    ``kernelParams`` point into; pointer slots are byte offsets in it."""
+
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "_pointers")
+
+    def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
+        self.node, self.layout = node, layout
+        self.buffer = ctypes.create_string_buffer(raw, max(len(raw), 8))
+        base = ctypes.addressof(self.buffer)
+        self._pointers = (ctypes.c_void_p * max(len(layout), 1))(
+            *[base + offset for offset, _ in layout])
+        self.params = _copied(launch, _LAUNCH_FIELDS)
+        self.params.kernelParams = ctypes.addressof(self._pointers)
+        self.params.extra = 0
+        self.slots = [offset for offset, size in layout if size == 8 and offset % 8 == 0]
+
+    @classmethod
+    def of(cls, node: Any, source: Any) -> "_Kernel":
+        params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(source))
+        layout = _layout(params)
+        raw = ctypes.create_string_buffer(
+            max((offset + size for offset, size in layout), default=0))
+        given = ctypes.cast(int(params.kernelParams), ctypes.POINTER(ctypes.c_void_p))
+        for i, (offset, size) in enumerate(layout):
+            ctypes.memmove(ctypes.addressof(raw) + offset, given[i], size)
+        return cls(node, params, raw.raw, layout)
+
+    def twin(self, node: Any) -> "_Kernel":
+        return _Kernel(node, self.params, self.buffer.raw, self.layout)
+
+    def read(self, slot: int) -> int:
+        return ctypes.c_uint64.from_buffer(self.buffer, slot).value
+
+    def write(self, slot: int, value: int) -> None:
+        ctypes.c_uint64.from_buffer(self.buffer, slot).value = value
+
+    def set_on(self, graph_exec: Any, ctx: Any) -> None:
+        check("cuGraphExecKernelNodeSetParams",
+              cu.cuGraphExecKernelNodeSetParams(graph_exec, self.node, self.params))
+
+
+class _Memcpy:
+    """A copy node's parameters; its slots are its device ends."""
+
+    __slots__ = ("node", "params", "slots")
+
+    def __init__(self, node: Any, params: Any):
+        self.node, self.params = node, _copied(params, _MEMCPY_FIELDS)
+        self.slots = [end + "Device" for end in ("src", "dst")
+                      if getattr(params, end + "MemoryType") in _DEVICE_MEMORY]
+
+    @classmethod
+    def of(cls, node: Any, source: Any) -> "_Memcpy":
+        return cls(node, check("cuGraphMemcpyNodeGetParams",
+                               cu.cuGraphMemcpyNodeGetParams(source)))
+
+    def twin(self, node: Any) -> "_Memcpy":
+        return _Memcpy(node, self.params)
+
+    def read(self, slot: str) -> int:
+        return int(getattr(self.params, slot))
+
+    def write(self, slot: str, value: int) -> None:
+        setattr(self.params, slot, cu.CUdeviceptr(value))
+
+    def set_on(self, graph_exec: Any, ctx: Any) -> None:
+        check("cuGraphExecMemcpyNodeSetParams",
+              cu.cuGraphExecMemcpyNodeSetParams(graph_exec, self.node, self.params, ctx))
+
+
+class _Memset:
+    """A fill node's parameters; its one slot is its destination."""
+
+    __slots__ = ("node", "params", "slots")
+
+    def __init__(self, node: Any, params: Any):
+        self.node, self.params = node, _copied(params, _MEMSET_FIELDS)
+        self.slots = ["dst"]
+
+    @classmethod
+    def of(cls, node: Any, source: Any) -> "_Memset":
+        return cls(node, check("cuGraphMemsetNodeGetParams",
+                               cu.cuGraphMemsetNodeGetParams(source)))
+
+    def twin(self, node: Any) -> "_Memset":
+        return _Memset(node, self.params)
+
+    def read(self, slot: str) -> int:
+        return int(self.params.dst)
+
+    def write(self, slot: str, value: int) -> None:
+        self.params.dst = cu.CUdeviceptr(value)
+
+    def set_on(self, graph_exec: Any, ctx: Any) -> None:
+        check("cuGraphExecMemsetNodeSetParams",
+              cu.cuGraphExecMemsetNodeSetParams(graph_exec, self.node, self.params, ctx))
+
+
+_READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _Memset.of}
+
+
+class _Plan:
+    """The changes a rebinding makes, worked out before any is made."""
+
+    __slots__ = ("used", "_index", "_changes")
+
+    def __init__(self, index: "NodeIndex", moves: Sequence[Move]):
+        self._index = index
+        self.used = [False] * len(moves)
+        # (entry, slot, old value, new value)
+        self._changes: list[tuple[Any, Any, int, int]] = []
+        for entry in index.entries:
+            for slot in entry.slots:
+                value = entry.read(slot)
+                for i, move in enumerate(moves):
+                    if move.start <= value < move.end:
+                        self.used[i] = True
+                        self._changes.append((entry, slot, value, value + move.shift))
+                        break
+
+    def apply(self) -> None:
+        """Set the changed nodes on the executable; if the driver refuses one,
+        the nodes set so far are set back and the error raised."""
+        changed: dict[int, Any] = {}
+        for entry, slot, _, new in self._changes:
+            entry.write(slot, new)
+            changed[id(entry)] = entry
+        done: list[Any] = []
+        try:
+            for entry in changed.values():
+                entry.set_on(self._index.graph_exec, self._index.ctx)
+                done.append(entry)
+        except DriverError:
+            for entry, slot, old, _ in self._changes:
+                entry.write(slot, old)
+            for entry in done:
+                try:
+                    entry.set_on(self._index.graph_exec, self._index.ctx)
+                except DriverError:  # noqa: PERF203  restore what can be restored
+                    pass
+            raise
+
+
+class NodeIndex:
+    """The pointers an executable's nodes hold now.
+
+    ``nodes`` are the executable's own definition's nodes (what node updates
+    name); ``sources`` the same nodes of the definition whose parameters the
+    executable runs (its own, or that of the graph it was last updated from).
+    """
+
+    def __init__(self, graph_exec: Any, ctx: Any, nodes: list[Any], sources: list[Any]):
+        self.graph_exec, self.ctx = graph_exec, ctx
+        self.entries: list[Any] = []
+        # Position of each entry among the nodes, to pair it with another
+        # executable's node at the same position.
+        self.positions: list[int] = []
+        for position, (node, source) in enumerate(zip(nodes, sources)):
+            kind = check("cuGraphNodeGetType", cu.cuGraphNodeGetType(source))
+            reader = _READERS.get(kind)
+            if reader is not None:
+                self.entries.append(reader(node, source))
+                self.positions.append(position)
+
+    def plan(self, moves: Sequence[Move]) -> _Plan:
+        return _Plan(self, moves)
+
+    def copy_onto(self, graph_exec: Any, ctx: Any, nodes: list[Any]) -> "NodeIndex":
+        """This index's parameters, set on ``graph_exec`` (whose definition's
+        nodes are ``nodes``, in the same order) and indexed for it."""
+        copy = NodeIndex.__new__(NodeIndex)
+        copy.graph_exec, copy.ctx, copy.positions = graph_exec, ctx, list(self.positions)
+        copy.entries = [entry.twin(nodes[position])
+                        for entry, position in zip(self.entries, self.positions)]
+        for entry in copy.entries:
+            entry.set_on(graph_exec, ctx)
+        return copy
