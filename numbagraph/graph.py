@@ -354,7 +354,11 @@ class CapturedGraph:
         graph.launch()
         ```
         """
-        pairs = _rebind.pairs_of(mapping)
+        self._rebind(_rebind.pairs_of(mapping), strict=True)
+
+    def _rebind(self, pairs: list[tuple[Any, Any]], strict: bool) -> None:
+        """``rebind``; with ``strict`` False, old arrays the graph does not
+        use are let through (a graphed function's unused arguments)."""
         moves = _rebind.moves_for(pairs)
         if _captures:
             mine = [s for s in _registry.active() if s.thread is threading.current_thread()]
@@ -368,7 +372,7 @@ class CapturedGraph:
             return
         plan = self._instantiated().plan_rebind(moves)
         unused = [i for i, used in enumerate(plan.used) if not used]
-        if unused:
+        if unused and strict:
             old = pairs[unused[0]][0]
             raise RebindError(
                 f"rebind: the graph does not use the {type(old).__name__} given as old "

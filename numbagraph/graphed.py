@@ -1,0 +1,445 @@
+"""Graphed functions: a plain function of launches, replayed as a graph.
+
+A call is known by its signature: per argument, the kind and layout of an
+array or DeviceScalar (not its address), and the value of anything else. The
+first calls of a signature run the function as written (compiling its
+kernels); the next one captures it. After that, a call of that signature
+rebinds the graph to the arrays it is given, if they are not the ones the
+graph holds, and replays it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from . import _registry
+from ._rebind import device_array_of, span
+from ._registry import sessions as _captures
+from .backend import active as _backend
+from .capture import capture
+from .errors import AllocationInCaptureError, GraphedError, GraphedWarning
+from .graph import CapturedGraph
+
+__all__ = ["graphed", "GraphedFunction", "GraphedCacheInfo"]
+
+
+class GraphedCacheInfo(NamedTuple):
+    """What a graphed function's cache did, over all its streams."""
+
+    hits: int
+    """Calls replayed from a graph already captured (rebound or not)."""
+    captures: int
+    """Calls that captured a new graph."""
+    rebinds: int
+    """Calls that rebound a graph to other arrays before replaying it."""
+    evictions: int
+    """Graphs closed to keep at most ``max_graphs`` per stream."""
+    eager: int
+    """Calls that ran the function as written (warm-up, or inside a capture)."""
+    graphs: int
+    """Graphs held now."""
+    max_graphs: int
+    """Graphs held at most, per stream."""
+
+
+# What a call's result is made of: None, ("arg", i), or a tuple/list of them.
+_Result = Any
+
+
+class _Entry:
+    """One captured signature: its graph, the arrays it holds now (by
+    position among the call's values) and how to build the result."""
+
+    __slots__ = ("graph", "bound", "arrays", "result")
+
+    def __init__(self, graph: CapturedGraph, values: tuple, arrays: tuple[int, ...],
+                 result: _Result):
+        self.graph, self.arrays, self.result = graph, arrays, result
+        self.bound = list(values)
+
+
+class _Cache:
+    """The graphs of one stream, least recently used first, and the calls
+    made on it; one call at a time."""
+
+    __slots__ = ("lock", "entries", "warm", "last_values", "last_entry", "last_sig",
+                 "hits", "captures", "rebinds", "evictions", "eager")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self.warm: dict[tuple, int] = {}
+        self.last_values: tuple | None = None
+        self.last_entry: _Entry | None = None
+        self.last_sig: tuple | None = None
+        self.hits = self.captures = self.rebinds = self.evictions = self.eager = 0
+
+
+_VALUE = "value"
+
+
+def _signature_of(value: Any, name: str) -> tuple:
+    """What a call's argument contributes to its signature."""
+    kind = type(value)
+    if kind in _registry.device_wrappers and hasattr(value, "update"):
+        return ("scalar", kind, np.dtype(value.dtype).str)
+    if isinstance(value, _backend.DEVICE_ARRAY_TYPES):
+        dev: Any = value
+        return ("array", kind, tuple(dev.shape), np.dtype(dev.dtype).str, tuple(dev.strides))
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface is not None:
+        return ("array", kind, tuple(interface["shape"]), interface["typestr"],
+                tuple(interface.get("strides") or ()))
+    if isinstance(value, np.ndarray):
+        raise GraphedError(
+            f"argument {name} is a host (NumPy) array; a graph reads device memory. "
+            "Copy it to the device once (cuda.to_device) and pass the device array")
+    try:
+        hash(value)
+    except TypeError:
+        raise GraphedError(
+            f"argument {name} ({kind.__name__}) is not hashable, so it cannot be part "
+            "of a call's signature; pass a value that changes per call in a "
+            "DeviceScalar, and data in a device array") from None
+    return (_VALUE, kind, value)
+
+
+def _result_plan(result: Any, values: tuple, names: list[str]) -> _Result:
+    if result is None:
+        return None
+    for i, value in enumerate(values):
+        if result is value:
+            return ("arg", i)
+    if isinstance(result, (tuple, list)):
+        plan = [_result_plan(item, values, names) for item in result]
+        return tuple(plan) if isinstance(result, tuple) else plan
+    raise GraphedError(
+        f"the function returned a {type(result).__name__} that is not one of its "
+        "arguments; a graphed function may return its array arguments (or a tuple "
+        "of them) or None, since a replay makes no new object")
+
+
+def _result_of(plan: _Result, values: tuple) -> Any:
+    if plan is None:
+        return None
+    if isinstance(plan, tuple) and plan and plan[0] == "arg":
+        return values[plan[1]]
+    items = [_result_of(item, values) for item in plan]
+    return tuple(items) if isinstance(plan, tuple) else items
+
+
+def _same(values: tuple, last: tuple | None) -> bool:
+    """Whether a call's values are those of the last call: the same objects,
+    or equal plain values."""
+    if last is None or len(values) != len(last):
+        return False
+    for a, b in zip(values, last):
+        if a is not b and not (type(a) is type(b) and type(a) in _PLAIN and a == b):
+            return False
+    return True
+
+
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
+class GraphedFunction:
+    """A function replayed as a CUDA graph; made by [graphed][numbagraph.graphed].
+
+    Calling it runs, captures or replays the function as its signature
+    requires, and returns what the function returns. ``cache_info()`` counts
+    what happened, ``clear()`` closes every graph.
+    """
+
+    def __init__(self, fn: Callable[..., Any], stream: Any, warmup: int, max_graphs: int):
+        if not callable(fn):
+            raise TypeError(f"ng.graphed takes a function, not {type(fn).__name__}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, not {warmup!r}")
+        if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
+            raise ValueError(f"max_graphs must be an int >= 1, not {max_graphs!r}")
+        self._fn, self._stream, self._warmup, self._max = fn, stream, warmup, max_graphs
+        self._handle = None if stream is None else _backend.stream_handle(stream)
+        self._caches: dict[Any, _Cache] = {}
+        self._lock = threading.Lock()
+        self._warned: set[int] = set()
+        self._name = getattr(fn, "__name__", type(fn).__name__)
+        functools.update_wrapper(self, fn)
+
+    @property
+    def stream(self) -> Any:
+        """The stream the function launches on (None: each call passes one)."""
+        return self._stream
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        handle = self._handle
+        stream = self._stream
+        if handle is None:
+            stream = kwargs.get("stream")
+            if stream is None:
+                raise GraphedError(
+                    f"{self._name}() was graphed without a stream, so each call "
+                    "passes one: call it with stream=s (it is passed on to the "
+                    "function), or graph it with ng.graphed(stream=s)")
+            handle = _backend.stream_handle(stream)
+        if _captures and _registry.on(handle) is not None:
+            # Inside a capture on its stream: the launches join that capture.
+            cache = self._cache(handle)
+            cache.eager += 1
+            return self._fn(*args, **kwargs)
+        values = args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args
+        cache = self._cache(handle)
+        with cache.lock:
+            entry = cache.last_entry
+            if entry is not None and _same(values, cache.last_values):
+                cache.hits += 1
+                entry.graph.launch()
+                return _result_of(entry.result, values)
+            return self._call(cache, stream, args, kwargs, values)
+
+    def _cache(self, handle: int) -> _Cache:
+        key = _registry.key_of(handle)
+        cache = self._caches.get(key)
+        if cache is None:
+            with self._lock:
+                cache = self._caches.setdefault(key, _Cache())
+        return cache
+
+    def _names(self, args: tuple, kwargs: dict) -> list[str]:
+        return [f"{i}" for i in range(len(args))] + [repr(k) for k in sorted(kwargs)]
+
+    def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict,
+              values: tuple) -> Any:
+        names = self._names(args, kwargs)
+        sig = tuple(_signature_of(v, n) for v, n in zip(values, names))
+        sig += (tuple(sorted(kwargs)), self._aliases(values, sig, names))
+        entry = cache.entries.get(sig)
+        if entry is None:
+            self._warn_if_values_change(cache.last_sig, sig, names)
+            cache.last_sig, cache.last_entry, cache.last_values = sig, None, None
+            done = cache.warm.get(sig, 0)
+            if done < self._warmup:
+                if len(cache.warm) > 4 * self._max:
+                    cache.warm.clear()
+                cache.warm[sig] = done + 1
+                cache.eager += 1
+                return self._fn(*args, **kwargs)
+            entry = self._capture(cache, sig, stream, args, kwargs, values, names)
+        else:
+            cache.entries.move_to_end(sig)
+            moves = [(entry.bound[i], values[i]) for i in entry.arrays
+                     if entry.bound[i] is not values[i]]
+            if moves:
+                entry.graph._rebind(moves, strict=False)
+                for i in entry.arrays:
+                    entry.bound[i] = values[i]
+                cache.rebinds += 1
+            cache.hits += 1
+        entry.graph.launch()
+        cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
+        return _result_of(entry.result, values)
+
+    @staticmethod
+    def _aliases(values: tuple, sig: tuple, names: list[str]) -> tuple:
+        """Which array arguments are the same object (part of the signature:
+        the graph was recorded with them shared). Distinct arrays that share
+        memory are refused: a rebinding moves each array's memory alone."""
+        arrays = [i for i, s in enumerate(sig[:len(values)]) if s[0] != _VALUE]
+        if len(arrays) < 2:
+            return ()
+        first: dict[int, int] = {}
+        spans = []
+        shared = []
+        for i in arrays:
+            j = first.setdefault(id(values[i]), i)
+            shared.append(j)
+            if j == i:
+                spans.append((span(device_array_of(values[i]))[1:], i))
+        spans.sort()
+        for ((_, end), i), ((start, _), k) in zip(spans, spans[1:]):
+            if start < end:
+                raise GraphedError(
+                    f"arguments {names[min(i, k)]} and {names[max(i, k)]} are different "
+                    "arrays over the same memory; a graphed function rebinds each "
+                    "argument on its own. Pass the array once and take its views "
+                    "inside the function")
+        return tuple(shared)
+
+    def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
+                 values: tuple, names: list[str]) -> _Entry:
+        if stream is None:
+            stream = self._stream
+        try:
+            with capture(stream) as cap:
+                result = self._fn(*args, **kwargs)
+        except AllocationInCaptureError as exc:
+            raise AllocationInCaptureError(
+                f"{exc}. {self._name}() is graphed: make the array once, outside "
+                "the function, and pass it as an argument") from exc
+        graph = cap.graph
+        try:
+            plan = _result_plan(result, values, names)
+        except GraphedError:
+            graph.close()
+            raise
+        arrays = tuple(i for i, s in enumerate(sig[:len(values)]) if s[0] != _VALUE)
+        entry = _Entry(graph, values, arrays, plan)
+        cache.entries[sig] = entry
+        cache.warm.pop(sig, None)
+        cache.captures += 1
+        if len(cache.entries) > self._max:
+            old_sig, old = cache.entries.popitem(last=False)
+            old.graph.close()
+            cache.evictions += 1
+            warnings.warn(
+                f"{self._name}() captured a graph for a new signature and closed the "
+                f"least recently used one, holding at most max_graphs={self._max}; "
+                f"{self._difference(old_sig, sig, names)}. Calls that keep bringing new "
+                "signatures capture every time: pass per-call values in DeviceScalars "
+                "and keep array layouts fixed, or raise max_graphs",
+                GraphedWarning, stacklevel=4)
+        return entry
+
+    def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
+        for name, a, b in zip(names, old, new):
+            if a != b:
+                return f"argument {name} differs: {self._show(a)} before, {self._show(b)} now"
+        return "the arguments differ in number, keywords or sharing"
+
+    @staticmethod
+    def _show(sig: tuple) -> str:
+        if sig[0] == _VALUE:
+            return repr(sig[2])
+        if sig[0] == "scalar":
+            return f"a DeviceScalar of {np.dtype(sig[2])}"
+        return f"an array of shape {sig[2]}, dtype {np.dtype(sig[3])}, strides {sig[4]}"
+
+    def _warn_if_values_change(self, last: tuple | None, sig: tuple, names: list[str]) -> None:
+        """A new signature that differs from the last call's only in plain
+        values: most likely a per-step value, which captures a graph per
+        value."""
+        if last is None or len(last) != len(sig) or last[-2:] != sig[-2:]:
+            return
+        changed = [i for i, (a, b) in enumerate(zip(last[:-2], sig[:-2])) if a != b]
+        if not changed or any(sig[i][0] != _VALUE or last[i][0] != _VALUE for i in changed):
+            return
+        if changed[0] in self._warned:
+            return
+        self._warned.add(changed[0])
+        warnings.warn(
+            f"{self._name}(): argument {names[changed[0]]} changed from "
+            f"{last[changed[0]][2]!r} to {sig[changed[0]][2]!r}; plain values are part of "
+            "a call's signature, so each new value runs and captures the function "
+            "again. Pass a value that changes per call in a DeviceScalar "
+            "(ng.DeviceScalar) and update it before the call",
+            GraphedWarning, stacklevel=4)
+
+    def cache_info(self) -> GraphedCacheInfo:
+        """What the cache did, summed over its streams.
+
+        Returns
+        -------
+        GraphedCacheInfo
+            hits, captures, rebinds, evictions, eager calls, graphs held,
+            and ``max_graphs``.
+        """
+        with self._lock:
+            caches = list(self._caches.values())
+        return GraphedCacheInfo(
+            sum(c.hits for c in caches), sum(c.captures for c in caches),
+            sum(c.rebinds for c in caches), sum(c.evictions for c in caches),
+            sum(c.eager for c in caches), sum(len(c.entries) for c in caches), self._max)
+
+    def clear(self) -> None:
+        """Close every graph and forget every signature and count."""
+        with self._lock:
+            caches, self._caches = list(self._caches.values()), {}
+            self._warned.clear()
+        for cache in caches:
+            with cache.lock:
+                for entry in cache.entries.values():
+                    entry.graph.close()
+                cache.entries.clear()
+                cache.last_entry = cache.last_values = None
+
+    def __repr__(self) -> str:
+        info = self.cache_info()
+        return (f"<graphed {self._name}: {info.graphs} graphs, {info.hits} hits, "
+                f"{info.captures} captures>")
+
+
+def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup: int = 1,
+            max_graphs: int = 16) -> Any:
+    """Make ``fn``, a function of kernel launches and ops on one stream, replay
+    as a CUDA graph.
+
+    A call's signature is, per argument, the kind, shape, dtype and strides
+    of a device array or DeviceScalar (not its address), and the value of
+    anything else (which must be hashable). The first ``warmup`` calls of a
+    signature run ``fn`` as written (compiling its kernels); the next one
+    captures it into a graph and launches that. A later call of a known
+    signature rebinds the graph to the arrays it is given (without capturing
+    or instantiating again) when they differ from the ones the graph holds,
+    and launches it; a call with the same arrays launches it at once.
+    Values that change per call belong in DeviceScalars: a changed plain
+    value is a new signature, captured anew.
+
+    Each stream has its own cache of at most ``max_graphs`` graphs, least
+    recently used first out, and its own lock: threads calling on their own
+    streams run side by side; calls on one stream take turns. Called while
+    its stream captures, the function runs as written and its launches join
+    that capture.
+
+    Parameters
+    ----------
+    fn
+        The function; omitted when used as ``@ng.graphed(...)``.
+    stream
+        The stream the function launches on. When None, every call passes
+        ``stream=s``, which is passed on to the function.
+    warmup
+        Calls of a new signature run as written before it is captured.
+    max_graphs
+        Graphs kept per stream.
+
+    Returns
+    -------
+    GraphedFunction
+        The function, callable as before.
+
+    Raises
+    ------
+    GraphedError
+        At a call: an argument that cannot be part of a signature (a host
+        array, an unhashable value), distinct arrays over one memory, no
+        stream, or a result that is not one of the arguments.
+    AllocationInCaptureError
+        At a capture: the function allocates device memory.
+
+    Warns
+    -----
+    GraphedWarning
+        A plain argument changed between calls, or a capture closed the
+        least recently used graph.
+
+    Examples
+    --------
+    ```python
+    @ng.graphed(stream=s)
+    def step(y, y_next, dt):
+        advance[4, 256, s](y, y_next, dt)
+        return y_next
+
+    for _ in range(4):
+        step(a, b, dt)       # eager, then captured, then replayed
+        step(b, a, dt)       # the same graph, rebound to swapped arrays
+    ```
+    """
+    if fn is None:
+        return functools.partial(graphed, stream=stream, warmup=warmup, max_graphs=max_graphs)
+    return GraphedFunction(fn, stream, warmup, max_graphs)
