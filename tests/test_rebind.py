@@ -1,0 +1,296 @@
+"""CapturedGraph.rebind: a graph pointed at other arrays of one layout,
+without capturing or instantiating again."""
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+
+
+@cuda.jit
+def scaled_add(x, y, out, a):
+    """out = a * x + y."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[0] * x[i] + y[i]
+
+
+@cuda.jit
+def add_rows(m, out):
+    """out[j] = m[0, j] + m[1, j]."""
+    j = cuda.grid(1)
+    if j < out.size:
+        out[j] = m[0, j] + m[1, j]
+
+
+@cuda.jit
+def count_while_below(counter, limit, cond):
+    if cuda.grid(1) == 0:
+        counter[0] += 1
+        ng.set_condition(cond, counter[0] < limit[0])
+
+
+@cuda.jit
+def bump(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+def dev(values, stream, dtype=np.float32):
+    return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
+
+
+def host(array, stream):
+    return array.copy_to_host(stream=stream)
+
+
+@pytest.fixture
+def arrays(stream):
+    """Four float32 arrays of 8 with distinct contents and a scalar 2.0."""
+    x, y, z = (dev(np.arange(8) * k, stream) for k in (1, 10, 100))
+    out = dev(np.zeros(8), stream)
+    a = ng.DeviceScalar(2.0, np.float32, stream=stream)
+    scaled_add[1, 8, stream](x, y, out, a)
+    return x, y, z, out, a
+
+
+def captured(stream, *launches):
+    with ng.capture(stream) as cap:
+        for launch in launches:
+            launch()
+    return cap.graph
+
+
+def test_a_rebound_graph_reads_and_writes_the_new_arrays(stream, arrays):
+    x, y, z, out, a = arrays
+    other = dev(np.zeros(8), stream)
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    before = host(out, stream)
+    graph.rebind({x: z, out: other})
+    graph.launch()
+    np.testing.assert_array_equal(host(other, stream), 2 * host(z, stream) + host(y, stream))
+    np.testing.assert_array_equal(host(out, stream), before)  # not written any more
+    graph.rebind([(z, x)])
+    graph.launch()
+    np.testing.assert_array_equal(host(other, stream), 2 * host(x, stream) + host(y, stream))
+
+
+def test_views_move_with_their_array_to_the_same_offset(stream):
+    m = dev(np.arange(16).reshape(2, 8), stream)
+    n = dev(np.arange(16).reshape(2, 8) * 7, stream)
+    flat = dev(np.zeros(16), stream)
+    other_flat = dev(np.zeros(16), stream)
+    add_rows[1, 8, stream](m, flat[:8])
+
+    def work():
+        add_rows[1, 8, stream](m, flat[:8])          # a slice of flat
+        add_rows[1, 8, stream](m, flat.reshape(2, 8)[1])  # a row of a reshape
+
+    graph = captured(stream, work)
+    before = host(flat, stream)
+    graph.rebind({m: n, flat: other_flat})
+    graph.launch()
+    rows = host(n, stream)
+    expect = np.concatenate([rows[0] + rows[1]] * 2)
+    np.testing.assert_array_equal(host(other_flat, stream), expect)
+    np.testing.assert_array_equal(host(flat, stream), before)
+
+
+def test_swapped_arrays_are_rebound_at_once(stream, arrays):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph.rebind({x: y, y: x})   # every pointer moves from where it was
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(y, stream) + host(x, stream))
+
+
+def test_a_scalar_read_by_a_kernel_is_rebound_to_another_scalar(stream, arrays):
+    x, y, z, out, a = arrays
+    b = ng.DeviceScalar(-1.0, np.float32, stream=stream)
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph.rebind({a: b})
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), -host(x, stream) + host(y, stream))
+    b.update(3.0)
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 3 * host(x, stream) + host(y, stream))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_a_scalar_update_recorded_in_the_graph_follows_the_rebinding(stream, dtype):
+    x = dev(np.zeros(8), stream, dtype)
+    pos = ng.DeviceScalar(0, dtype, stream=stream)
+    other = ng.DeviceScalar(0, dtype, stream=stream)
+    with ng.capture(stream) as cap:
+        pos.update(5)                      # recorded: a fill node
+    graph = cap.graph
+    graph.rebind({pos: other})
+    graph.launch()
+    stream.synchronize()
+    assert other.value == 5 and pos.value == 0
+
+
+def test_a_device_copy_recorded_in_the_graph_follows_the_rebinding(stream, arrays):
+    x, y, z, out, a = arrays
+    target = dev(np.zeros(8), stream)
+    ng.copy_into(out, x, stream=stream)
+    graph = captured(stream, lambda: ng.copy_into(out, x, stream=stream))
+    graph.rebind({x: z, out: target})
+    graph.launch()
+    np.testing.assert_array_equal(host(target, stream), host(z, stream))
+
+
+def test_nodes_inside_a_while_body_are_rebound(stream):
+    counter = dev([0], stream, np.int32)
+    other = dev([100], stream, np.int32)
+    limit = ng.DeviceScalar(3, np.int32, stream=stream)
+    with ng.capture(stream) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more):
+            count_while_below[1, 1, stream](counter, limit, more)
+    graph = cap.graph
+    graph.launch()
+    assert host(counter, stream)[0] == 3
+    graph.rebind({counter: other})
+    graph.launch()
+    assert host(other, stream)[0] == 101   # the body ran once: 101 >= 3
+    assert host(counter, stream)[0] == 3
+
+
+def test_the_graph_keeps_the_new_arrays_alive_and_drops_the_old(stream, arrays):
+    x, y, z, out, a = arrays
+    old = dev(np.arange(8), stream)
+    new = dev(np.arange(8) * 3, stream)
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](old, y, out, a))
+    old_ref, new_ref = weakref.ref(old), weakref.ref(new)
+    expect = 2 * host(new, stream) + host(y, stream)
+    graph.rebind({old: new})
+    del old, new
+    gc.collect()
+    assert old_ref() is None
+    assert new_ref() is not None
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), expect)
+    graph.close()
+    gc.collect()
+    assert new_ref() is None
+
+
+def test_an_update_from_a_rebound_graph_takes_its_new_arrays(stream, arrays):
+    x, y, z, out, a = arrays
+    first = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    second = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    first.rebind({x: z})
+    second.update(first)
+    second.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
+    # Rebinding the updated graph starts from what it runs now.
+    second.rebind({z: y})
+    second.launch()
+    np.testing.assert_array_equal(host(out, stream), 3 * host(y, stream))
+    first.launch()   # first is untouched by second's rebinding
+    np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
+
+
+def test_a_foreign_array_interface_object_can_be_rebound(stream, arrays):
+    x, y, z, out, a = arrays
+
+    from numbagraph.backend import active as backend
+
+    class Foreign:
+        """Another library's array over z's memory."""
+
+        def __init__(self, array):
+            self.array = array
+            self.__cuda_array_interface__ = backend.array_interface(array)
+
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph.rebind([(x, Foreign(z))])
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _unchanged(graph, stream, arrays):
+    x, y, z, out, a = arrays
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+
+
+@pytest.mark.parametrize("mapping, match", [
+    (lambda x, z: {z: x}, "does not use"),
+    (lambda x, z: {x: dev(np.zeros(9), None)}, "layout"),
+    (lambda x, z: {x: dev(np.zeros(8), None, np.float64)}, "layout"),
+    (lambda x, z: {x: dev(np.zeros(16), None)[::2]}, "layout"),
+    (lambda x, z: {x: ng.DeviceScalar(1.0, np.float32)}, "both DeviceScalars or both arrays"),
+    (lambda x, z: {x: np.zeros(8, np.float32)}, "not a device array"),
+    (lambda x, z: [(x, z), (x[2:], z[2:])], "overlap"),
+    (lambda x, z: 5, "takes a dict"),
+    (lambda x, z: [(x, z, z)], "pairs"),
+])
+def test_bad_mappings_are_refused_and_leave_the_graph_unchanged(stream, arrays, mapping, match):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    with pytest.raises(ng.RebindError, match=match):
+        graph.rebind(mapping(x, z))
+    _unchanged(graph, stream, arrays)
+
+
+def test_a_refused_pair_changes_none_of_the_others(stream, arrays):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    with pytest.raises(ng.RebindError, match="pair 1"):
+        graph.rebind([(x, z), (z, y)])   # z is not used by the graph
+    _unchanged(graph, stream, arrays)
+
+
+def test_a_closed_graph_cannot_be_rebound(stream, arrays):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph.close()
+    with pytest.raises(ng.GraphClosedError):
+        graph.rebind({x: z})
+
+
+def test_rebinding_while_this_thread_captures_is_refused(stream, other_stream, arrays):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    with ng.capture(other_stream) as cap:
+        with pytest.raises(ng.CaptureStateError, match="not recorded"):
+            graph.rebind({x: z})
+        bump[1, 8, other_stream](z)
+    assert cap.graph.num_nodes == 1   # the capture went on
+    _unchanged(graph, stream, arrays)
+
+
+def test_rebinding_while_another_thread_captures_is_allowed(stream, other_stream, arrays):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    begun, done = threading.Event(), threading.Event()
+
+    def capture_elsewhere():
+        with ng.capture(other_stream):
+            bump[1, 8, other_stream](z)
+            begun.set()
+            done.wait(10)
+
+    bump[1, 8, other_stream](z)
+    other_stream.synchronize()
+    thread = threading.Thread(target=capture_elsewhere)
+    thread.start()
+    try:
+        assert begun.wait(10)
+        graph.rebind({x: z})
+    finally:
+        done.set()
+        thread.join()
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
