@@ -8,12 +8,13 @@ import json
 
 import pytest
 
+import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES
+from numbagraph.bench import SUITES, graphed
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Row, SuiteResult
-from numbagraph.bench.targets import Target, evaluate
+from numbagraph.bench.targets import TARGETS, Target, evaluate
 from numbagraph.bench.timing import Contender, measure_many
 
 REPLAY_PEERS = ["numbagraph", "numbagraph, non-blocking stream", "cuda.core", "PyTorch",
@@ -83,6 +84,75 @@ def test_every_suite_but_the_examples_runs(tmp_path, capsys):
     printed = capsys.readouterr()
     assert "== targets" in printed.out
     assert "[" in printed.err  # progress lines while it runs
+
+
+@pytest.fixture(scope="module")
+def graphed_run(tmp_path_factory):
+    """One quick run of the graphed suite: exit status and JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "graphed", "--out", str(out)])
+    return status, json.loads((out / "results.json").read_text())
+
+
+def _graphed_steps(doc):
+    return graphed.SIMULATED_STEPS if doc["config"]["simulated"] else graphed.STEPS
+
+
+def test_graphed_run_succeeds(graphed_run):
+    status, doc = graphed_run
+    assert status == 0
+    assert doc["suites"]["graphed"]["error"] is None
+
+
+@pytest.mark.parametrize("change", [graphed.SAME, graphed.ONE, graphed.ALL])
+@pytest.mark.parametrize("peer", list(graphed.STEP_PEERS))
+def test_graphed_step_is_measured_in_every_case_by_every_peer(graphed_run, change, peer):
+    _, doc = graphed_run
+    suite = doc["suites"]["graphed"]
+    for nodes in _graphed_steps(doc):
+        rows = [r for r in suite["rows"]
+                if r["case"] == graphed.case(nodes, change) and r["peer"] == peer]
+        assert len(rows) == 1 and rows[0]["value"] > 0 and rows[0]["trials"]
+
+
+@pytest.mark.parametrize("nbytes", graphed.SIZES)
+def test_graphed_input_sizes_are_measured_or_skipped_with_a_reason(graphed_run, nbytes):
+    _, doc = graphed_run
+    suite = doc["suites"]["graphed"]
+    reasons = dict(suite["skipped"])
+    measured = {r["peer"] for r in suite["rows"] if r["case"] == graphed.size_case(nbytes)}
+    assert graphed.PEER in measured
+    assert graphed.TORCH in measured or reasons.get(graphed.TORCH)
+    assert not any(str(why).startswith("failed") for why in reasons.values())
+
+
+def test_graphed_targets_are_judged(graphed_run):
+    _, doc = graphed_run
+    verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
+    assert set(verdicts) == {t.name for t in TARGETS if t.suite == "graphed"}
+    assert len(verdicts) == 10
+    assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
+
+
+def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeypatch):
+    real = ng.graphed
+
+    def stale(fn, **options):
+        """A graphed function that keeps calling with the first arrays it saw."""
+        f, first = real(fn, **options), []
+
+        def call(*args):
+            first[:] = first or [args]
+            return f(*first[0])
+
+        call.cache_info, call.clear = f.cache_info, f.clear
+        return call
+
+    monkeypatch.setattr(ng, "graphed", stale)
+    assert main(["--quick", "--suites", "graphed", "--out", str(tmp_path)]) == 1
+    suite = json.loads((tmp_path / "results.json").read_text())["suites"]["graphed"]
+    why = dict(suite["skipped"])[graphed.PEER]
+    assert why.startswith("failed") and "other arrays than it was given" in why
 
 
 def test_unknown_suite_is_refused(capsys):
@@ -169,6 +239,15 @@ def test_target_compares_the_ratio_with_its_limit(value, at_least, verdict):
     target = Target("t", "s", "c", "ng", "c", "ref", 1.1, at_least)
     got = target.check({"s": _suite([("c", "ng", value), ("c", "ref", 1.0)])})
     assert got["verdict"] == verdict
+    assert got["ratio"] == pytest.approx(value)
+
+
+@pytest.mark.parametrize("value, verdict", [(1.9, "PASS"), (2.1, "MISS")])
+def test_target_slack_is_added_to_the_bound(value, verdict):
+    target = Target("t", "s", "c", "ng", "c", "ref", 1.0, slack=1.0)
+    got = target.check({"s": _suite([("c", "ng", value), ("c", "ref", 1.0)])})
+    assert got["verdict"] == verdict
+    assert got["limit"] == pytest.approx(2.0)
     assert got["ratio"] == pytest.approx(value)
 
 

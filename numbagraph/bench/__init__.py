@@ -8,6 +8,7 @@ Suites, in the order they run:
 * ``eager``     launch cost of one tiny kernel, eagerly, per framework
 * ``loop``      a replay-loop step: scalar update + 1-node graph launch
 * ``capture``   capture + instantiate cost, per launch captured
+* ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
 * ``apps``      the examples' own eager vs graph timings
 
@@ -16,10 +17,10 @@ Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import apps, bandwidth, capture_cost, eager, loop, replay
+from . import apps, bandwidth, capture_cost, eager, graphed, loop, replay
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, capture_cost, bandwidth, apps)
+    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, bandwidth, apps)
 }

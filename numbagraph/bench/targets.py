@@ -7,6 +7,9 @@ from typing import Any
 
 from .bandwidth import COPY_CASE, OPS
 from .core import SuiteResult
+from .graphed import (ALL, ONE, PLAIN, RECAPTURE, RECAPTURE_UPDATE, SAME, SIZES, STEPS,
+                      TORCH, case, size_case, size_label)
+from .graphed import PEER as GRAPHED
 from .loop import STEP
 
 __all__ = ["Target", "TARGETS", "evaluate"]
@@ -15,7 +18,11 @@ __all__ = ["Target", "TARGETS", "evaluate"]
 @dataclass(frozen=True)
 class Target:
     """``suite/case/peer`` over ``ref_case/ref_peer`` must stay at or under
-    ``limit`` (``at_least=False``) or reach at least ``limit`` (``True``)."""
+    ``limit`` (``at_least=False``) or reach at least ``limit`` (``True``).
+
+    ``slack``, in the rows' unit, is added to ``limit`` times the reference
+    (a target of 1 us over a floor): the verdict's ``limit`` is then that
+    bound over the reference."""
 
     name: str
     suite: str
@@ -25,6 +32,7 @@ class Target:
     ref_peer: str
     limit: float
     at_least: bool = False
+    slack: float = 0.0
 
     def check(self, results: dict[str, SuiteResult]) -> dict[str, Any]:
         out: dict[str, Any] = {"target": self.name, "limit": self.limit,
@@ -38,8 +46,9 @@ class Target:
                 why = reasons.get(peer, f"no {peer} result for {what}")
                 return {**out, "verdict": "n/a", "why": why}
         ratio = row.value / ref.value
-        passed = ratio >= self.limit if self.at_least else ratio <= self.limit
-        return {**out, "value": row.value, "ref": ref.value, "unit": row.unit,
+        limit = self.limit + self.slack / ref.value
+        passed = ratio >= limit if self.at_least else ratio <= limit
+        return {**out, "limit": limit, "value": row.value, "ref": ref.value, "unit": row.unit,
                 "ratio": ratio, "verdict": "PASS" if passed else "MISS"}
 
 
@@ -58,6 +67,27 @@ def _targets() -> list[Target]:
         Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",
                f"{n} launches", "numbagraph", f"{n} launches", "cuda.core", 1.2)
         for n in (10, 100, 1000)
+    ]
+    found += [
+        Target(f"graphed call, {SAME}, {n}-node step <= plain launch + 1 us", "graphed",
+               case(n, SAME), GRAPHED, case(n, SAME), PLAIN, 1.0, slack=1.0)
+        for n in STEPS
+    ]
+    found += [
+        Target(f"graphed call, {change}, {STEPS[-1]}-node step <= 2x plain launch",
+               "graphed", case(STEPS[-1], change), GRAPHED, case(STEPS[-1], change),
+               PLAIN, 2.0)
+        for change in (ONE, ALL)
+    ]
+    found += [
+        Target(f"graphed rebinding call at {size_label(n)} faster than PyTorch "
+               "static copy", "graphed", size_case(n), GRAPHED, size_case(n), TORCH, 1.0)
+        for n in SIZES if n >= 1 << 20
+    ]
+    found += [
+        Target(f"graphed call, {ALL}, {n}-node step >= 100x faster than {peer}",
+               "graphed", case(n, ALL), GRAPHED, case(n, ALL), peer, 0.01)
+        for n in STEPS for peer in (RECAPTURE, RECAPTURE_UPDATE)
     ]
     for op in OPS:
         found.append(Target(f"{op}_into bandwidth >= 0.85x device copy", "bandwidth",
