@@ -82,18 +82,19 @@ class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "_pointers")
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "_words", "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
         self.node, self.layout = node, layout
-        self.buffer = ctypes.create_string_buffer(raw, max(len(raw), 8))
+        self.buffer = ctypes.create_string_buffer(raw, max(-(-len(raw) // 8) * 8, 8))
+        self._words = memoryview(self.buffer).cast("B").cast("Q")
         base = ctypes.addressof(self.buffer)
         self._pointers = (ctypes.c_void_p * max(len(layout), 1))(
             *[base + offset for offset, _ in layout])
         self.params = _copied(launch, _LAUNCH_FIELDS)
         self.params.kernelParams = ctypes.addressof(self._pointers)
         self.params.extra = 0
-        self.slots = [offset for offset, size in layout if size == 8 and offset % 8 == 0]
+        self.slots = [offset // 8 for offset, size in layout if size == 8 and offset % 8 == 0]
 
     @classmethod
     def of(cls, node: Any, source: Any) -> "_Kernel":
@@ -110,10 +111,10 @@ class _Kernel:
         return _Kernel(node, self.params, self.buffer.raw, self.layout)
 
     def read(self, slot: int) -> int:
-        return ctypes.c_uint64.from_buffer(self.buffer, slot).value
+        return self._words[slot]
 
     def write(self, slot: int, value: int) -> None:
-        ctypes.c_uint64.from_buffer(self.buffer, slot).value = value
+        self._words[slot] = value
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         check("cuGraphExecKernelNodeSetParams",
@@ -181,45 +182,53 @@ _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _
 
 
 class _Plan:
-    """The changes a rebinding makes, worked out before any is made."""
+    """The changes a rebinding makes, worked out before any is made: for
+    each pointer value held by some node, where it moves."""
 
-    __slots__ = ("used", "_index", "_changes")
+    __slots__ = ("used", "_index", "_moved")
 
     def __init__(self, index: "NodeIndex", moves: Sequence[Move]):
         self._index = index
         self.used = [False] * len(moves)
-        # (entry, slot, old value, new value)
-        self._changes: list[tuple[Any, Any, int, int]] = []
-        for entry in index.entries:
-            for slot in entry.slots:
-                value = entry.read(slot)
-                for i, move in enumerate(moves):
-                    if move.start <= value < move.end:
-                        self.used[i] = True
-                        self._changes.append((entry, slot, value, value + move.shift))
-                        break
+        # (old value, new value)
+        self._moved: list[tuple[int, int]] = []
+        for value in index.holders:
+            for i, move in enumerate(moves):
+                if move.start <= value < move.end:
+                    self.used[i] = True
+                    self._moved.append((value, value + move.shift))
+                    break
 
     def apply(self) -> None:
         """Set the changed nodes on the executable; if the driver refuses one,
-        the nodes set so far are set back and the error raised."""
+        every node is set back as it was and the error raised."""
+        index = self._index
+        holders = index.holders
         changed: dict[int, Any] = {}
-        for entry, slot, _, new in self._changes:
-            entry.write(slot, new)
-            changed[id(entry)] = entry
+        for old, new in self._moved:
+            for entry, slot in holders[old]:
+                entry.write(slot, new)
+                changed[id(entry)] = entry
+        graph_exec, ctx = index.graph_exec, index.ctx
         done: list[Any] = []
         try:
             for entry in changed.values():
-                entry.set_on(self._index.graph_exec, self._index.ctx)
+                entry.set_on(graph_exec, ctx)
                 done.append(entry)
         except DriverError:
-            for entry, slot, old, _ in self._changes:
-                entry.write(slot, old)
+            for old, _ in self._moved:
+                for entry, slot in holders[old]:
+                    entry.write(slot, old)
             for entry in done:
                 try:
-                    entry.set_on(self._index.graph_exec, self._index.ctx)
+                    entry.set_on(graph_exec, ctx)
                 except DriverError:  # noqa: PERF203  restore what can be restored
                     pass
             raise
+        # Every moved value's holders now hold the new one.
+        taken = [(new, holders.pop(old)) for old, new in self._moved]
+        for new, refs in taken:
+            holders.setdefault(new, []).extend(refs)
 
 
 class NodeIndex:
@@ -242,6 +251,7 @@ class NodeIndex:
             if reader is not None:
                 self.entries.append(reader(node, source))
                 self.positions.append(position)
+        self.holders = _holders(self.entries)
 
     def plan(self, moves: Sequence[Move]) -> _Plan:
         return _Plan(self, moves)
@@ -253,6 +263,17 @@ class NodeIndex:
         copy.graph_exec, copy.ctx, copy.positions = graph_exec, ctx, list(self.positions)
         copy.entries = [entry.twin(nodes[position])
                         for entry, position in zip(self.entries, self.positions)]
+        copy.holders = _holders(copy.entries)
         for entry in copy.entries:
             entry.set_on(graph_exec, ctx)
         return copy
+
+
+def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
+    """Each value held in a pointer slot, and the ``(entry, slot)`` holding
+    it: a rebinding looks at each value once, however many nodes hold it."""
+    holders: dict[int, list[tuple[Any, Any]]] = {}
+    for entry in entries:
+        for slot in entry.slots:
+            holders.setdefault(entry.read(slot), []).append((entry, slot))
+    return holders
