@@ -119,10 +119,10 @@ _PLAIN = (int, float, complex, str, bytes, np.generic, type(None))
 
 def spans_of(keepalive: list) -> tuple[list, list[list]]:
     """Split what a graph keeps alive into what holds no array (kernels,
-    recorded scalars, conditions: kept as they are) and the arrays its
+    recorded scalars, conditions: kept once each) and the arrays its
     launches were given, as ``[start, end, object]``, one per distinct span
     (views of one array made at every launch come down to a few)."""
-    rest: list = []
+    rest: dict[int, Any] = {}
     spans: dict[tuple[int, int], list] = {}
 
     def visit(value: Any, top: bool) -> None:
@@ -133,16 +133,16 @@ def spans_of(keepalive: list) -> tuple[list, list[list]]:
         dev = None if isinstance(value, _PLAIN) else device_array_of(value)
         if dev is None:
             if not isinstance(value, _PLAIN):
-                rest.append(value)
+                rest.setdefault(id(value), value)
             return
         if top and type(value) in _registry.device_wrappers:
-            rest.append(value)  # a scalar whose update the graph records
+            rest.setdefault(id(value), value)  # a scalar whose update the graph records
         _, start, end = span(dev)
         spans.setdefault((start, end), [start, end, value])
 
     for entry in keepalive:
         visit(entry, True)
-    return rest, list(spans.values())
+    return list(rest.values()), list(spans.values())
 
 
 def rebind_spans(spans: list[list], keepalive: list, pairs: list[tuple[Any, Any]],
