@@ -230,3 +230,12 @@ def test_example_decode_loop_runs(capsys):
     # Without a GPU the example picks tiny sizes for the simulator.
     runpy.run_path(str(DOCS.parent / "examples" / "decode_loop.py"), run_name="__main__")
     assert "logits match the NumPy reference for every token" in capsys.readouterr().out
+
+
+def test_example_rk4_pingpong_runs(capsys):
+    import runpy
+
+    runpy.run_path(str(DOCS.parent / "examples" / "rk4_pingpong.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "graphed: 1 capture" in out
+    assert "graphed result matches eager bit for bit" in out
