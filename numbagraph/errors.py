@@ -130,7 +130,7 @@ class RebindError(NumbagraphError, ValueError):
 
 
 class GraphedError(NumbagraphError, TypeError):
-    """A [graphed][numbagraph.graphed] function was called or written in a way
+    """A [graphed][numbagraph.graphed.graphed] function was called or written in a way
     it cannot replay: an argument that cannot be part of a signature (not
     hashable), or a return value that is not one of its array arguments."""
 
@@ -148,7 +148,7 @@ class CaptureWarning(NumbagraphWarning):
 
 
 class GraphedWarning(NumbagraphWarning):
-    """A [graphed][numbagraph.graphed] function keeps capturing new graphs:
+    """A [graphed][numbagraph.graphed.graphed] function keeps capturing new graphs:
     a plain value that changes from call to call (it belongs in a
     DeviceScalar), or more signatures than its cache holds."""
 

@@ -139,7 +139,7 @@ _PER_THREAD = _registry.PER_THREAD_HANDLE
 
 
 class GraphedFunction:
-    """A function replayed as a CUDA graph; made by [graphed][numbagraph.graphed].
+    """A function replayed as a CUDA graph; made by [graphed][numbagraph.graphed.graphed].
 
     Calling it runs, captures or replays the function as its signature
     requires, and returns what the function returns. ``cache_info()`` counts
