@@ -381,7 +381,12 @@ class CapturedGraph:
         res = self._res
         if res.spans is None:
             res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
-        plan.apply()
+        try:
+            plan.apply()
+        except Exception as exc:
+            raise RebindError(
+                f"rebind: the driver refused to change the graph's nodes ({exc}); the "
+                "graph is unchanged. Capture the work again with the new arrays") from exc
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(res.spans, res.keepalive, pairs, moves))
 

@@ -294,3 +294,31 @@ def test_rebinding_while_another_thread_captures_is_allowed(stream, other_stream
         thread.join()
     graph.launch()
     np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
+
+
+def test_a_change_the_driver_refuses_is_a_rebind_error_and_changes_nothing(
+        stream, arrays, monkeypatch):
+    x, y, z, out, a = arrays
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    executable = graph._executable()
+    plan_rebind = type(executable).plan_rebind
+
+    def refusing_plan(self, moves):
+        plan = plan_rebind(self, moves)
+
+        class Refused:
+            used = plan.used
+
+            def apply(self):
+                raise RuntimeError("cuGraphExecKernelNodeSetParams failed")
+
+        return Refused()
+
+    monkeypatch.setattr(type(executable), "plan_rebind", refusing_plan)
+    with pytest.raises(ng.RebindError, match="refused.*unchanged"):
+        graph.rebind({x: z})
+    monkeypatch.undo()
+    _unchanged(graph, stream, arrays)
+    graph.rebind({x: z})   # the graph still rebinds once the driver agrees
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))

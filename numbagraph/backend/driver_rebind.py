@@ -62,6 +62,22 @@ def _layout(params: Any) -> list[tuple[int, int]]:
     return layout
 
 
+# cuLaunchKernel's ``extra`` keys.
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
+
+
+def _packed(extra: int) -> int:
+    """The address of the packed parameter buffer an ``extra`` array names
+    (a launch made with ``CU_LAUNCH_PARAM_BUFFER_POINTER``)."""
+    items = ctypes.cast(extra, ctypes.POINTER(ctypes.c_void_p))
+    i = 0
+    while (items[i] or _END) != _END:
+        if items[i] == _BUFFER_POINTER:
+            return int(items[i + 1] or 0)
+        i += 2
+    raise DriverError("cuGraphKernelNodeGetParams", cu.CUresult.CUDA_ERROR_INVALID_VALUE)
+
+
 _LAUNCH_FIELDS = ("func", "kern", "ctx", "gridDimX", "gridDimY", "gridDimZ",
                   "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes")
 _MEMCPY_FIELDS = tuple(
@@ -100,11 +116,14 @@ class _Kernel:
     def of(cls, node: Any, source: Any) -> "_Kernel":
         params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(source))
         layout = _layout(params)
-        raw = ctypes.create_string_buffer(
-            max((offset + size for offset, size in layout), default=0))
-        given = ctypes.cast(int(params.kernelParams), ctypes.POINTER(ctypes.c_void_p))
-        for i, (offset, size) in enumerate(layout):
-            ctypes.memmove(ctypes.addressof(raw) + offset, given[i], size)
+        length = max((offset + size for offset, size in layout), default=0)
+        raw = ctypes.create_string_buffer(length)
+        if int(params.kernelParams):
+            given = ctypes.cast(int(params.kernelParams), ctypes.POINTER(ctypes.c_void_p))
+            for i, (offset, size) in enumerate(layout):
+                ctypes.memmove(ctypes.addressof(raw) + offset, given[i], size)
+        elif int(params.extra):
+            ctypes.memmove(raw, _packed(int(params.extra)), length)
         return cls(node, params, raw.raw, layout)
 
     def twin(self, node: Any) -> "_Kernel":
