@@ -359,7 +359,10 @@ class CapturedGraph:
     def _rebind(self, pairs: list[tuple[Any, Any]], strict: bool) -> None:
         """``rebind``; with ``strict`` False, old arrays the graph does not
         use are let through (a graphed function's unused arguments)."""
-        moves = _rebind.moves_for(pairs)
+        self._move(pairs, _rebind.moves_for(pairs), strict)
+
+    def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool) -> None:
+        """Make ``moves``, checked already, one per pair of ``pairs``."""
         if _captures:
             mine = [s for s in _registry.active() if s.thread is threading.current_thread()]
             if mine:

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _registry
 from ._rebind import device_array_of, span
+from .backend.interface import Move
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .capture import capture
@@ -56,12 +57,14 @@ class _Entry:
     """One captured signature: its graph, the arrays it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "bound", "arrays", "result")
+    __slots__ = ("graph", "bound", "spans", "arrays", "result")
 
-    def __init__(self, graph: CapturedGraph, values: tuple, arrays: tuple[int, ...],
-                 result: _Result):
+    def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
+                 arrays: tuple[int, ...], result: _Result):
         self.graph, self.arrays, self.result = graph, arrays, result
         self.bound = list(values)
+        # Position -> (pointer, start, end) of each distinct array bound now.
+        self.spans = spans
 
 
 class _Cache:
@@ -216,7 +219,8 @@ class GraphedFunction:
               values: tuple) -> Any:
         names = self._names(args, kwargs)
         sig = tuple(_signature_of(v, n) for v, n in zip(values, names))
-        sig += (tuple(sorted(kwargs)), self._aliases(values, sig, names))
+        shared, spans = self._aliases(values, sig, names)
+        sig += (tuple(sorted(kwargs)), shared)
         entry = cache.entries.get(sig)
         if entry is None:
             self._warn_if_values_change(cache.last_sig, sig, names)
@@ -228,15 +232,22 @@ class GraphedFunction:
                 cache.warm[sig] = done + 1
                 cache.eager += 1
                 return self._fn(*args, **kwargs)
-            entry = self._capture(cache, sig, stream, args, kwargs, values, names)
+            entry = self._capture(cache, sig, stream, args, kwargs, values, spans, names)
         else:
             cache.entries.move_to_end(sig)
-            moves = [(entry.bound[i], values[i]) for i in entry.arrays
-                     if entry.bound[i] is not values[i]]
+            # Same signature: same layouts and sharing, so each array moves
+            # as a whole to the one in its place.
+            pairs, moves = [], []
+            for i, (ptr, start, end) in entry.spans.items():
+                if entry.bound[i] is not values[i]:
+                    new_ptr, dev = spans[i][0], spans[i][3]
+                    pairs.append((entry.bound[i], values[i]))
+                    moves.append(Move(start, end, new_ptr - ptr, dev))
             if moves:
-                entry.graph._rebind(moves, strict=False)
+                entry.graph._move(pairs, moves, strict=False)
                 for i in entry.arrays:
                     entry.bound[i] = values[i]
+                entry.spans = {i: span[:3] for i, span in spans.items()}
                 cache.rebinds += 1
             cache.hits += 1
         entry.graph.launch()
@@ -244,33 +255,36 @@ class GraphedFunction:
         return _result_of(entry.result, values)
 
     @staticmethod
-    def _aliases(values: tuple, sig: tuple, names: list[str]) -> tuple:
+    def _aliases(values: tuple, sig: tuple, names: list[str]) -> tuple[tuple, dict[int, tuple]]:
         """Which array arguments are the same object (part of the signature:
-        the graph was recorded with them shared). Distinct arrays that share
-        memory are refused: a rebinding moves each array's memory alone."""
-        arrays = [i for i, s in enumerate(sig[:len(values)]) if s[0] != _VALUE]
-        if len(arrays) < 2:
-            return ()
+        the graph was recorded with them shared), and ``(pointer, start,
+        end, device array)`` of each distinct one by its first position.
+        Distinct arrays that share memory are refused: a rebinding moves
+        each array's memory alone."""
         first: dict[int, int] = {}
-        spans = []
+        spans: dict[int, tuple] = {}
         shared = []
-        for i in arrays:
+        for i, s in enumerate(sig[:len(values)]):
+            if s[0] == _VALUE:
+                continue
             j = first.setdefault(id(values[i]), i)
             shared.append(j)
             if j == i:
-                spans.append((span(device_array_of(values[i]))[1:], i))
-        spans.sort()
-        for ((_, end), i), ((start, _), k) in zip(spans, spans[1:]):
-            if start < end:
-                raise GraphedError(
-                    f"arguments {names[min(i, k)]} and {names[max(i, k)]} are different "
-                    "arrays over the same memory; a graphed function rebinds each "
-                    "argument on its own. Pass the array once and take its views "
-                    "inside the function")
-        return tuple(shared)
+                dev = device_array_of(values[i])
+                spans[i] = (*span(dev), dev)
+        if len(spans) > 1:
+            ordered = sorted((s[1], s[2], i) for i, s in spans.items() if s[2] > s[1])
+            for (_, end, i), (start, _, k) in zip(ordered, ordered[1:]):
+                if start < end:
+                    raise GraphedError(
+                        f"arguments {names[min(i, k)]} and {names[max(i, k)]} are different "
+                        "arrays over the same memory; a graphed function rebinds each "
+                        "argument on its own. Pass the array once and take its views "
+                        "inside the function")
+        return tuple(shared), spans
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
-                 values: tuple, names: list[str]) -> _Entry:
+                 values: tuple, spans: dict[int, tuple], names: list[str]) -> _Entry:
         if stream is None:
             stream = self._stream
         try:
@@ -287,7 +301,7 @@ class GraphedFunction:
             graph.close()
             raise
         arrays = tuple(i for i, s in enumerate(sig[:len(values)]) if s[0] != _VALUE)
-        entry = _Entry(graph, values, arrays, plan)
+        entry = _Entry(graph, values, {i: span[:3] for i, span in spans.items()}, arrays, plan)
         cache.entries[sig] = entry
         cache.warm.pop(sig, None)
         cache.captures += 1
