@@ -17,7 +17,7 @@ from .backend import active as _backend
 from .backend.interface import Move
 from .errors import RebindError
 
-__all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans"]
+__all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held"]
 
 
 def pairs_of(mapping: Any) -> list[tuple[Any, Any]]:
@@ -165,3 +165,40 @@ def rebind_spans(spans: list[list], keepalive: list, pairs: list[tuple[Any, Any]
                 keepalive[i] = new
                 break
     return replaced
+
+
+def _element_offset(offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                    itemsize: int) -> bool:
+    """Whether ``offset`` bytes past the lowest address of an array of this
+    layout falls inside one of its elements (not in a gap between them)."""
+    for n, stride in sorted(zip(shape, (abs(s) for s in strides)), key=lambda p: -p[1]):
+        if stride == 0 or n == 1:
+            continue
+        index = min(offset // stride, n - 1)
+        offset -= index * stride
+    return 0 <= offset < itemsize
+
+
+def check_held(spans: list[list], pairs: list[tuple[Any, Any]], moves: list[Move]) -> None:
+    """Refuse a rebinding that would move part of an array the graph uses:
+    one that starts inside an old array but reaches past its end, or lies
+    in the gaps of a strided old array."""
+    for start, end, obj in spans:
+        for i, move in enumerate(moves):
+            if not move.start <= start < move.end:
+                continue
+            if end > move.end:
+                raise RebindError(
+                    f"rebind pair {i}: the graph uses {_describe(obj)}, which starts "
+                    "inside the old array but reaches past its end; rebind the array "
+                    "that holds it whole")
+            old = device_array_of(pairs[i][0])
+            shape, dtype, strides = _layout(old)
+            size = int(np.prod(shape)) * dtype.itemsize
+            if move.end - move.start != size and not _element_offset(
+                    start - move.start, shape, strides, dtype.itemsize):
+                raise RebindError(
+                    f"rebind pair {i}: the old array is strided, and the graph uses "
+                    f"{_describe(obj)} in the gaps between its elements, which is not "
+                    "part of it; rebind the array that holds both")
+            break

@@ -374,16 +374,23 @@ class CapturedGraph:
             self._executable()
             return
         plan = self._instantiated().plan_rebind(moves)
-        unused = [i for i, used in enumerate(plan.used) if not used]
-        if unused and strict:
-            old = pairs[unused[0]][0]
-            raise RebindError(
-                f"rebind: the graph does not use the {type(old).__name__} given as old "
-                f"array of pair {unused[0]} (no node points into its memory); "
-                "rebind only arrays the graph's launches, copies or fills were given")
         res = self._res
         if res.spans is None:
             res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
+        _rebind.check_held(res.spans, pairs, moves)
+        held = [any(m.start <= start < m.end for start, end, _ in res.spans if end > start)
+                for m in moves]
+        for i, used in enumerate(plan.used):
+            if not used and held[i]:
+                raise RebindError(
+                    f"rebind pair {i}: the graph was given this array, but no node of it "
+                    "holds a pointer numbagraph can move; the graph is unchanged. "
+                    "Capture the work again with the new arrays")
+            if not used and strict:
+                raise RebindError(
+                    f"rebind: the graph does not use the {type(pairs[i][0]).__name__} given "
+                    f"as old array of pair {i} (no node points into its memory); "
+                    "rebind only arrays the graph's launches, copies or fills were given")
         try:
             plan.apply()
         except Exception as exc:

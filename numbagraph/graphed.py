@@ -71,14 +71,15 @@ class _Cache:
     """The graphs of one stream, least recently used first, and the calls
     made on it; one call at a time."""
 
-    __slots__ = ("lock", "entries", "warm", "last_values", "last_entry", "last_sig",
-                 "hits", "captures", "rebinds", "evictions", "eager")
+    __slots__ = ("lock", "entries", "warm", "last_values", "last_keys", "last_entry",
+                 "last_sig", "hits", "captures", "rebinds", "evictions", "eager")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self.warm: dict[tuple, int] = {}
         self.last_values: tuple | None = None
+        self.last_keys: tuple = ()
         self.last_entry: _Entry | None = None
         self.last_sig: tuple | None = None
         self.hits = self.captures = self.rebinds = self.evictions = self.eager = 0
@@ -110,7 +111,8 @@ def _signature_of(value: Any, name: str) -> tuple:
             f"argument {name} ({kind.__name__}) is not hashable, so it cannot be part "
             "of a call's signature; pass a value that changes per call in a "
             "DeviceScalar, and data in a device array") from None
-    return (_VALUE, kind, value)
+    # A float is known by its bits: -0.0 is not 0.0, and a NaN is itself.
+    return (_VALUE, kind, value.hex() if kind is float else value)
 
 
 def _result_plan(result: Any, values: tuple, names: list[str]) -> _Result:
@@ -138,6 +140,19 @@ def _result_of(plan: _Result, values: tuple) -> Any:
 
 
 _PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
+def _same_plain(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b``, not the same object, are one plain value as
+    a signature counts it."""
+    kind = type(a)
+    if kind is not type(b) or kind not in _PLAIN:
+        return False
+    return a.hex() == b.hex() if kind is float else bool(a == b)
+
+
+def _value_of(sig: tuple) -> Any:
+    return float.fromhex(sig[2]) if sig[1] is float else sig[2]
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
 
@@ -185,7 +200,12 @@ class GraphedFunction:
             cache = self._cache(handle)
             cache.eager += 1
             return self._fn(*args, **kwargs)
-        values = args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args
+        keys: tuple = ()
+        values = args
+        if kwargs:
+            # The stream a call names picks its cache; it is not in the signature.
+            keys = tuple(sorted(k for k in kwargs if k != "stream" or self._handle is not None))
+            values = args + tuple(kwargs[k] for k in keys)
         cache = self._caches.get(handle) if handle != _PER_THREAD else None
         if cache is None:
             cache = self._cache(handle)
@@ -193,16 +213,16 @@ class GraphedFunction:
             # Hot path (a replay loop calling with the same arrays): the values
             # of the last call, compared inline, and the graph launched.
             entry, last = cache.last_entry, cache.last_values
-            if entry is not None and len(values) == len(last):  # type: ignore[arg-type]
+            if entry is not None and len(values) == len(last) and keys == cache.last_keys:  # type: ignore[arg-type]
                 for a, b in zip(values, last):  # type: ignore[arg-type]
-                    if a is not b and not (type(a) is type(b) and type(a) in _PLAIN and a == b):
+                    if a is not b and not _same_plain(a, b):
                         break
                 else:
                     cache.hits += 1
                     entry.graph.launch()
                     plan = entry.result
                     return None if plan is None else _result_of(plan, values)
-            return self._call(cache, stream, args, kwargs, values)
+            return self._call(cache, stream, args, kwargs, keys, values)
 
     def _cache(self, handle: int) -> _Cache:
         key = _registry.key_of(handle)
@@ -212,19 +232,18 @@ class GraphedFunction:
                 cache = self._caches.setdefault(key, _Cache())
         return cache
 
-    def _names(self, args: tuple, kwargs: dict) -> list[str]:
-        return [f"{i}" for i in range(len(args))] + [repr(k) for k in sorted(kwargs)]
-
-    def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict,
+    def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict, keys: tuple,
               values: tuple) -> Any:
-        names = self._names(args, kwargs)
+        names = [f"{i}" for i in range(len(args))] + [repr(k) for k in keys]
         sig = tuple(_signature_of(v, n) for v, n in zip(values, names))
         shared, spans = self._aliases(values, sig, names)
-        sig += (tuple(sorted(kwargs)), shared)
+        sig += (keys, shared)
+        # Until this call's graph has launched, no call takes the hot path.
+        cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
         if entry is None:
             self._warn_if_values_change(cache.last_sig, sig, names)
-            cache.last_sig, cache.last_entry, cache.last_values = sig, None, None
+            cache.last_sig = sig
             done = cache.warm.get(sig, 0)
             if done < self._warmup:
                 if len(cache.warm) > 4 * self._max:
@@ -252,6 +271,7 @@ class GraphedFunction:
             cache.hits += 1
         entry.graph.launch()
         cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
+        cache.last_keys = keys
         return _result_of(entry.result, values)
 
     @staticmethod
@@ -327,7 +347,7 @@ class GraphedFunction:
     @staticmethod
     def _show(sig: tuple) -> str:
         if sig[0] == _VALUE:
-            return repr(sig[2])
+            return repr(_value_of(sig))
         if sig[0] == "scalar":
             return f"a DeviceScalar of {np.dtype(sig[2])}"
         return f"an array of shape {sig[2]}, dtype {np.dtype(sig[3])}, strides {sig[4]}"
@@ -346,7 +366,8 @@ class GraphedFunction:
         self._warned.add(changed[0])
         warnings.warn(
             f"{self._name}(): argument {names[changed[0]]} changed from "
-            f"{last[changed[0]][2]!r} to {sig[changed[0]][2]!r}; plain values are part of "
+            f"{_value_of(last[changed[0]])!r} to {_value_of(sig[changed[0]])!r}; plain "
+            "values are part of "
             "a call's signature, so each new value runs and captures the function "
             "again. Pass a value that changes per call in a DeviceScalar "
             "(ng.DeviceScalar) and update it before the call",

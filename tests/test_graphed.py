@@ -309,3 +309,86 @@ def test_bad_options_are_refused():
         ng.graphed(lambda: None, stream=cuda.stream(), max_graphs=0)
     with pytest.raises(TypeError, match="function"):
         ng.graphed(5, stream=cuda.stream())
+
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+def test_keyword_names_are_part_of_the_signature(stream, buffers):
+    @ng.graphed(stream=stream, warmup=0)
+    def either(x, y=None, z=None):
+        add_one[1, 8, stream](y if y is not None else z)
+        if z is not None:
+            add_one[1, 8, stream](z)
+
+    a, b = buffers[0], dev(np.zeros(8), stream)
+    either(a, y=b)
+    either(a, z=b)   # the same values under another name: another graph
+    np.testing.assert_array_equal(host(b, stream), np.full(8, 3.0))
+    assert either.cache_info().captures == 2
+
+
+def test_the_same_array_in_two_places_is_rebound_in_both(stream, buffers):
+    scale = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream, warmup=0)
+    def twice(x, y, out):
+        axpy[1, 8, stream](x, y, out, scale)
+    a, b, out, _ = buffers
+    twice(a, a, out)
+    twice(b, b, out)
+    np.testing.assert_array_equal(host(out, stream), 3 * host(b, stream))
+    assert twice.cache_info().rebinds == 1
+
+
+def test_a_launch_that_fails_after_a_rebinding_leaves_no_stale_shortcut(
+        stream, buffers, monkeypatch):
+    @ng.graphed(stream=stream, warmup=0)
+    def bump(x):
+        add_one[1, 8, stream](x)
+
+    a, b = (dev(np.zeros(8), stream) for _ in range(2))
+    bump(a)
+    launch = ng.CapturedGraph.launch
+
+    def failing(self, stream=None):
+        monkeypatch.setattr(ng.CapturedGraph, "launch", launch)
+        raise RuntimeError("the launch failed")
+
+    monkeypatch.setattr(ng.CapturedGraph, "launch", failing)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        bump(b)          # rebound to b, then not launched
+    bump(a)              # must rebind back to a, not replay on b
+    np.testing.assert_array_equal(host(a, stream), np.full(8, 2.0))
+    np.testing.assert_array_equal(host(b, stream), np.zeros(8))
+
+
+def test_the_stream_a_call_names_is_not_part_of_the_signature(buffers):
+    @ng.graphed(warmup=0)
+    def bump(x, stream):
+        add_one[1, 8, stream](x)
+
+    s = cuda.stream()
+    x = dev(np.zeros(8), s)
+    for _ in range(3):
+        bump(x, stream=cuda.external_stream(s.handle) if ng.backend() == "cuda" else s)
+    np.testing.assert_array_equal(host(x, s), np.full(8, 3.0))
+    assert bump.cache_info().captures == 1
+
+
+def test_minus_zero_and_zero_are_different_values(stream, buffers):
+    @ng.graphed(stream=stream, warmup=0)
+    def signed(x, value):
+        ng.fill_into(x, value, stream=stream)
+
+    x = buffers[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ng.GraphedWarning)
+        signed(x, 0.0)
+        signed(x, -0.0)
+    assert np.signbit(host(x, stream)).all()
+    assert signed.cache_info().captures == 2

@@ -42,6 +42,14 @@ def bump(x):
         x[i] += 1
 
 
+@cuda.jit
+def copy_pair(pair):
+    """pair.dst = pair.src + 1."""
+    i = cuda.grid(1)
+    if i < pair.dst.size:
+        pair.dst[i] = pair.src[i] + 1
+
+
 def dev(values, stream, dtype=np.float32):
     return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
 
@@ -139,11 +147,12 @@ def test_a_scalar_update_recorded_in_the_graph_follows_the_rebinding(stream, dty
 def test_a_device_copy_recorded_in_the_graph_follows_the_rebinding(stream, arrays):
     x, y, z, out, a = arrays
     target = dev(np.zeros(8), stream)
-    ng.copy_into(out, x, stream=stream)
-    graph = captured(stream, lambda: ng.copy_into(out, x, stream=stream))
+    ng.copy_into(x, out, stream=stream)
+    graph = captured(stream, lambda: ng.copy_into(x, out, stream=stream))
     graph.rebind({x: z, out: target})
     graph.launch()
     np.testing.assert_array_equal(host(target, stream), host(z, stream))
+    assert host(z, stream).any()
 
 
 def test_nodes_inside_a_while_body_are_rebound(stream):
@@ -322,3 +331,52 @@ def test_a_change_the_driver_refuses_is_a_rebind_error_and_changes_nothing(
     graph.rebind({x: z})   # the graph still rebinds once the driver agrees
     graph.launch()
     np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
+
+
+def test_a_view_of_an_array_the_graph_uses_whole_is_refused(stream, arrays):
+    x, y, z, out, a = arrays
+    big = dev(np.zeros(8), stream)
+    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    with pytest.raises(ng.RebindError, match="reaches past its end"):
+        graph.rebind({out[:4]: big[:4]})
+    _unchanged(graph, stream, arrays)
+
+
+def test_a_strided_old_array_does_not_take_what_lies_between_its_elements(stream):
+    m = dev(np.zeros((4, 3)), stream)
+    n = dev(np.zeros((4, 3)), stream)
+    def work():
+        bump[1, 4, stream](m[:, 0])
+        bump[1, 4, stream](m[:, 1])
+
+    work()
+    graph = captured(stream, work)
+    with pytest.raises(ng.RebindError, match="gaps between its elements|reaches past"):
+        graph.rebind({m[:, 0]: n[:, 0]})
+    graph.rebind({m: n})      # the array that holds both moves them both
+    graph.launch()
+    np.testing.assert_array_equal(host(n, stream), [[1, 1, 0]] * 4)
+    np.testing.assert_array_equal(host(m, stream), [[1, 1, 0]] * 4)
+
+
+def test_namedtuple_and_structured_arguments_are_rebound(stream):
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "src dst")
+    record = np.dtype([("a", "f4"), ("b", "i8")], align=True)
+    src = dev(np.full(8, 1.0), stream)
+    dst, other = dev(np.zeros(8), stream), dev(np.zeros(8), stream)
+    rec, rec_other = (cuda.to_device(np.array([(1.5, 7)] * 4, record), stream=stream),
+                      cuda.to_device(np.zeros(4, record), stream=stream))
+    rec_out = cuda.to_device(np.zeros(4, record), stream=stream)
+    copy_pair[1, 8, stream](Pair(src, dst))
+
+    def work():
+        copy_pair[1, 8, stream](Pair(src, dst))
+        ng.copy_into(rec, rec_out, stream=stream)
+
+    graph = captured(stream, work)
+    graph.rebind({dst: other, rec_out: rec_other})
+    graph.launch()
+    np.testing.assert_array_equal(host(other, stream), np.full(8, 2.0))
+    assert rec_other.copy_to_host(stream=stream).tolist() == [(1.5, 7)] * 4

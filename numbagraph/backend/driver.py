@@ -209,12 +209,31 @@ class Executable:
                 "the graph given was itself updated from a graph that has since "
                 "been closed, whose parameters are gone; update from a graph "
                 "that is still open")
-        check("cuGraphExecUpdate",
-              cu.cuGraphExecUpdate(self.instantiate(), source._definition))
-        self._applied = None if source is self else source
-        # What other's rebindings changed, it runs on top of its definition.
-        self._index = None if other._index is None else other._index.copy_onto(
-            self._graph, self._ctx, self._nodes())
+        graph_exec = self.instantiate()
+        previous = (self._applied, self._index)
+        check("cuGraphExecUpdate", cu.cuGraphExecUpdate(graph_exec, source._definition))
+        self._applied, self._index = (None if source is self else source), None
+        if other._index is not None:
+            # What other's rebindings changed, it runs on top of its definition.
+            try:
+                self._index = other._index.copy_onto(graph_exec, self._ctx, self._nodes())
+            except Exception:
+                self._restore(*previous)
+                raise
+
+    def _restore(self, applied: "Executable | None", index: NodeIndex | None) -> None:
+        """Run again the parameters it ran before an update that failed
+        half-way; what cannot be restored leaves the index unknown (None)."""
+        source = applied or self
+        try:
+            check("cuGraphExecUpdate", cu.cuGraphExecUpdate(self._graph, source._definition))
+            self._applied = applied
+            if index is not None:
+                for entry in index.entries:
+                    entry.set_on(self._graph, self._ctx)
+            self._index = index
+        except Exception:  # noqa: BLE001  the update's own error is the one raised
+            self._index = None
 
     def _nodes(self) -> list[Any]:
         return graph_nodes(self._definition, self._bodies)
@@ -227,8 +246,9 @@ class Executable:
                     "this graph was updated from a graph that has since been "
                     "closed, whose parameters are gone; update it again from a "
                     "graph that is still open")
-            self._index = NodeIndex(self.instantiate(), self._ctx, self._nodes(),
-                                    source._nodes())
+            nodes = self._nodes()
+            self._index = NodeIndex(self.instantiate(), self._ctx, nodes,
+                                    nodes if source is self else source._nodes())
         return self._index.plan(moves)
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from cuda.bindings import driver as cu
 
+from ..errors import RebindError
 from .driver_base import DriverError, check
 from .interface import Move
 
@@ -55,8 +56,10 @@ def _layout(params: Any) -> list[tuple[int, int]]:
         layout = []
         while True:
             err, offset, size = query(handle, len(layout))
-            if err != cu.CUresult.CUDA_SUCCESS:
+            if err == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
                 break  # past the last parameter
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise DriverError(query.__name__, err)
             layout.append((int(offset), int(size)))
         _layouts[key] = layout
     return layout
@@ -264,12 +267,20 @@ class NodeIndex:
         # Position of each entry among the nodes, to pair it with another
         # executable's node at the same position.
         self.positions: list[int] = []
+        if len(nodes) != len(sources):
+            raise RebindError(
+                f"the graph has {len(nodes)} nodes and the graph whose parameters it "
+                f"runs {len(sources)}; capture the work again to rebind it")
         for position, (node, source) in enumerate(zip(nodes, sources)):
             kind = check("cuGraphNodeGetType", cu.cuGraphNodeGetType(source))
             reader = _READERS.get(kind)
-            if reader is not None:
-                self.entries.append(reader(node, source))
-                self.positions.append(position)
+            if reader is None:
+                continue
+            entry = reader(node, source)
+            if node is not source:
+                _check_pair(node, kind, entry)
+            self.entries.append(entry)
+            self.positions.append(position)
         self.holders = _holders(self.entries)
 
     def plan(self, moves: Sequence[Move]) -> _Plan:
@@ -282,6 +293,8 @@ class NodeIndex:
         copy.graph_exec, copy.ctx, copy.positions = graph_exec, ctx, list(self.positions)
         copy.entries = [entry.twin(nodes[position])
                         for entry, position in zip(self.entries, self.positions)]
+        for entry in copy.entries:
+            _check_pair(entry.node, _KIND_OF[type(entry)], entry)
         copy.holders = _holders(copy.entries)
         for entry in copy.entries:
             entry.set_on(graph_exec, ctx)
@@ -296,3 +309,23 @@ def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
         for slot in entry.slots:
             holders.setdefault(entry.read(slot), []).append((entry, slot))
     return holders
+
+
+_KIND_OF: dict[type, Any] = {_Kernel: _KERNEL, _Memcpy: _MEMCPY, _Memset: _MEMSET}
+
+
+def _check_pair(node: Any, kind: Any, entry: Any) -> None:
+    """Refuse to set ``entry``'s parameters on ``node``, paired with it by
+    position in another graph, unless it is a node of the same kind (and, for
+    a kernel, of the same function)."""
+    found = check("cuGraphNodeGetType", cu.cuGraphNodeGetType(node))
+    same = found == kind
+    if same and kind == _KERNEL:
+        params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
+        same = (int(params.func), int(params.kern)) == (
+            int(entry.params.func), int(entry.params.kern))
+    if not same:
+        raise RebindError(
+            "the graph's nodes do not pair with those of the graph whose parameters "
+            "it runs (another kind or kernel at the same place); capture the work "
+            "again to rebind it")

@@ -205,10 +205,16 @@ class _At:
 
     def __init__(self, ptr: int, like: np.ndarray, owner: Any):
         self.owner = owner
+        # Raw bytes of the element's size, viewed as its dtype afterwards:
+        # a structured dtype's padding and field order survive that.
         self.__array_interface__ = {
-            "shape": like.shape, "typestr": like.dtype.str, "descr": like.dtype.descr,
+            "shape": like.shape, "typestr": f"|V{like.dtype.itemsize}",
             "data": (ptr, False), "strides": like.strides, "version": 3,
         }
+
+    @staticmethod
+    def view(ptr: int, like: np.ndarray, owner: Any) -> np.ndarray:
+        return np.asarray(_At(ptr, like, owner)).view(like.dtype)
 
 
 class _Rebinder:
@@ -224,7 +230,7 @@ class _Rebinder:
             if move.start <= ptr < move.end:
                 self._used[i] = True
                 target = move.target
-                return np.asarray(_At(ptr + move.shift, ary, getattr(target, "_ary", target)))
+                return _At.view(ptr + move.shift, ary, getattr(target, "_ary", target))
         return None
 
     def __call__(self, value: Any) -> Any:
@@ -238,7 +244,8 @@ class _Rebinder:
             items = [self(item) for item in value]
             if all(a is b for a, b in zip(items, value)):
                 return value
-            return type(value)(items)
+            make = getattr(value, "_make", None)  # a namedtuple
+            return make(items) if make is not None else type(value)(items)
         if isinstance(value, functools.partial):
             func = value.func
             owner = getattr(func, "__self__", None)
