@@ -23,7 +23,7 @@ from numbagraph.soak.threads import documented_global_refusal
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMES = ["cycles", "replays", *(f"threads/{m}" for m in ng.CAPTURE_MODES), "refusals",
-         "conditionals"]
+         "conditionals", "rebinds"]
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ WORKLOADS: dict[str, Callable[[Plan], list[Result]]] = {
     "threads": threads.threads,
     "refusals": refusals.refusals,
     "conditionals": workloads.conditionals,
+    "rebinds": workloads.rebinds,
 }
 """Each workload by name: ``workload(plan)`` returns one Result, or one per
 capture mode for ``threads``."""

@@ -33,6 +33,8 @@ class Plan:
     refusals: int              # refused operations, the kinds taken in turn
     conditionals: int          # while-loop graphs made, launched and closed
     conditional_warmup: int
+    rebinds: int               # calls of a graphed step, rebound at each
+    rebind_warmup: int
     samples: int = 10          # memory samples per workload after its warm-up
     limits: Limits = field(default_factory=Limits)
 
@@ -42,11 +44,13 @@ class Plan:
             return cls(quick=True, width=1, cycles=2_000, cycle_warmup=200,
                        replays=500, replay_nodes=10, replay_warmup=20,
                        threads=8, thread_seconds=1.5, thread_warmup_seconds=0.3,
-                       refusals=340, conditionals=100, conditional_warmup=5)
+                       refusals=340, conditionals=100, conditional_warmup=5,
+                       rebinds=500, rebind_warmup=50)
         return cls(quick=False, width=32, cycles=20_000, cycle_warmup=1_000,
                    replays=1_000_000, replay_nodes=10, replay_warmup=10_000,
                    threads=8, thread_seconds=30.0, thread_warmup_seconds=2.0,
-                   refusals=1_000, conditionals=2_000, conditional_warmup=50)
+                   refusals=1_000, conditionals=2_000, conditional_warmup=50,
+                   rebinds=200_000, rebind_warmup=2_000)
 
     def every(self, count: int) -> int:
         """Units of work between two memory samples."""

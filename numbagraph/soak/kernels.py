@@ -7,7 +7,7 @@ import numbagraph as ng  # noqa: I001  (picks the backend before numba.cuda load
 
 from numba import cuda
 
-__all__ = ["bump", "mix", "mix_reference", "zero", "count_below", "PRIME"]
+__all__ = ["bump", "advance", "mix", "mix_reference", "zero", "count_below", "PRIME"]
 
 PRIME = 2_147_483_647
 """Modulus of :func:`mix`: below 2**31, so ``acc * 31 + pos + salt`` fits int64."""
@@ -20,6 +20,14 @@ def bump(x, step):
     i = cuda.grid(1)
     if i < x.size:
         x[i] += step[0]
+
+
+@cuda.jit
+def advance(src, dst, step):
+    """dst[i] = src[i] + step[0]."""
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i] + step[0]
 
 
 @cuda.jit

@@ -12,10 +12,10 @@ import numpy as np
 from numba import cuda
 
 from .core import Plan, Result, mismatch
-from .kernels import bump, count_below, mix, mix_reference, zero
+from .kernels import advance, bump, count_below, mix, mix_reference, zero
 from .memory import Gauge
 
-__all__ = ["cycles", "replays", "conditionals"]
+__all__ = ["cycles", "replays", "conditionals", "rebinds"]
 
 
 def _read(array, stream) -> np.ndarray:
@@ -159,4 +159,65 @@ def conditionals(plan: Plan) -> list[Result]:
             gauge.sample()
     result.seconds = time.perf_counter() - start
     result.judge(gauge.growth(plan.conditionals), plan.limits)
+    return [result]
+
+
+# A rebinding call's new destination is a fresh array every this many calls.
+_FRESH_EVERY = 8
+
+
+def rebinds(plan: Plan) -> list[Result]:
+    """Call a graphed step that adds one from one array into another, ping-
+    ponging between two arrays and, every few calls, writing into a fresh
+    one: every call after the capture rebinds the graph, and every fresh
+    array's predecessor must be let go. The count reached is checked at each
+    memory sample and at the end."""
+    result = Result("rebinds", plan.rebinds, "calls",
+                    note=f"graphed 2-node ping-pong step, rebound every call; a fresh "
+                    f"array every {_FRESH_EVERY} calls")
+    s = cuda.stream()
+    w = plan.width
+    one = ng.DeviceScalar(1, dtype=np.int64, stream=s)
+    src = cuda.to_device(np.zeros(w, np.int64), stream=s)
+    dst = cuda.to_device(np.zeros(w, np.int64), stream=s)
+    scratch = cuda.to_device(np.zeros(w, np.int64), stream=s)
+
+    def step(x, y):
+        advance[1, w, s](x, scratch, one)
+        advance[1, w, s](scratch, y, one)
+        return y
+
+    graphed = ng.graphed(step, stream=s, warmup=1)
+    count = 0
+
+    def call(n: int) -> None:
+        nonlocal src, dst, count
+        if n % _FRESH_EVERY == 0:
+            dst = cuda.to_device(np.zeros(w, np.int64), stream=s)
+        out = graphed(src, dst)
+        count += 2
+        src, dst = out, src
+
+    for n in range(plan.rebind_warmup):
+        call(n)
+    gauge = Gauge(idle=s.synchronize)
+    gauge.start()
+    every = plan.every(plan.rebinds)
+    start = time.perf_counter()
+    for n in range(1, plan.rebinds + 1):
+        call(n)
+        if n % every == 0:
+            gauge.sample()
+            wrong = mismatch(f"the step's output after call {n}", np.full(w, count),
+                             _read(src, s))
+            if wrong:
+                result.failures.append(wrong)
+                break
+    result.seconds = time.perf_counter() - start
+    result.judge(gauge.growth(plan.rebinds), plan.limits)
+    info = graphed.cache_info()
+    result.details = {"cache": info._asdict()}
+    if info.captures != 1:
+        result.failures.append(f"the step was captured {info.captures} times, expected once")
+    graphed.clear()
     return [result]
