@@ -319,7 +319,9 @@ class CapturedGraph:
         bodies alike. The graph then keeps the new arrays alive and drops
         the old ones. Launches already enqueued run with the arrays they
         were launched with (CUDA's rule); launches from now on use the new
-        ones.
+        ones. Like ``launch`` and ``update``, it changes the executable graph,
+        which CUDA does not lock: a graph used from several threads needs the
+        caller's lock (graphed functions take one per stream).
 
         Parameters
         ----------

@@ -204,6 +204,13 @@ def write_plots(out: Path, results: list[SuiteResult]) -> tuple[dict[str, str], 
                         err[1].append(max(r.trials) - r.value)
                 ax.bar(xs, ys, width, yerr=err, capsize=2, label=peer)
             ax.set_xticks(range(len(cases)), cases)
+            values = [r.value for r in rows if r.value > 0]
+            # Bars a hundredfold apart flatten on a linear axis.
+            if values and max(values) > 100 * min(values):
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            if len(cases) > 4:
+                plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize="small")
         better = "higher" if result.higher_is_better else "lower"
         ax.set_ylabel(f"{result.unit} ({better} is better)")
         ax.set_title(result.title)
