@@ -319,9 +319,10 @@ class CapturedGraph:
         bodies alike. The graph then keeps the new arrays alive and drops
         the old ones. Launches already enqueued run with the arrays they
         were launched with (CUDA's rule); launches from now on use the new
-        ones. Like ``launch`` and ``update``, it changes the executable graph,
-        which CUDA does not lock: a graph used from several threads needs the
-        caller's lock (graphed functions take one per stream).
+        ones. CUDA does not lock an executable graph against a rebinding,
+        update or launch made at once from another thread: a graph shared
+        by threads needs the caller's lock (graphed functions take one per
+        stream).
 
         Parameters
         ----------
