@@ -1,0 +1,116 @@
+"""The driver's rebinding index, its host side: parameter buffers, the
+pointer index, planning, applying and undoing. Node updates are stood in for,
+so this runs where there is no GPU; test_rebind.py runs the real thing."""
+
+import ctypes
+
+import pytest
+from cuda.bindings import driver as cu
+
+from numbagraph.backend import driver_base, driver_rebind
+from numbagraph.backend.interface import Move
+
+
+class Kernel(driver_rebind._Kernel):
+    """A kernel entry whose node update is recorded, or refused on demand."""
+
+    __slots__ = ("sets", "refuse")
+
+    def set_on(self, graph_exec, ctx):
+        if getattr(self, "refuse", False):
+            raise driver_base.DriverError.__new__(driver_base.DriverError)
+        self.sets = getattr(self, "sets", 0) + 1
+
+
+def words(*values):
+    return b"".join(v.to_bytes(8, "little") for v in values)
+
+
+def kernel(*values, refuse=False):
+    """An entry with one 8-byte parameter per value, and a 4-byte one last."""
+    layout = [(8 * i, 8) for i in range(len(values))] + [(8 * len(values), 4)]
+    entry = Kernel(None, cu.CUDA_KERNEL_NODE_PARAMS(), words(*values) + b"\1\0\0\0", layout)
+    entry.refuse = refuse
+    return entry
+
+
+class Index:
+    """What a plan reads of a NodeIndex."""
+
+    def __init__(self, *entries):
+        self.entries = list(entries)
+        self.holders = driver_rebind._holders(self.entries)
+        self.graph_exec = self.ctx = None
+
+
+def values(entry):
+    return [entry.read(slot) for slot in entry.slots]
+
+
+def test_a_kernel_entry_holds_its_parameters_and_points_the_node_at_them():
+    entry = kernel(1000, 2000)
+    assert entry.slots == [0, 1]        # the 4-byte parameter is no pointer
+    assert values(entry) == [1000, 2000]
+    entry.write(1, 2048)
+    pointers = ctypes.cast(entry.params.kernelParams, ctypes.POINTER(ctypes.c_void_p))
+    assert ctypes.c_uint64.from_address(pointers[1]).value == 2048
+    twin = entry.twin(None)
+    twin.write(0, 7)
+    assert values(entry) == [1000, 2048] and values(twin) == [7, 2048]
+
+
+def test_a_plan_moves_every_holder_of_a_value_once_and_marks_what_it_used():
+    a, b = kernel(1000, 5000), kernel(1004, 1000)
+    index = Index(a, b)
+    plan = driver_rebind._Plan(index, [Move(1000, 1008, 500, None), Move(9000, 9008, 1, None)])
+    assert plan.used == [True, False]
+    plan.apply()
+    assert values(a) == [1500, 5000] and values(b) == [1504, 1500]
+    assert (a.sets, b.sets) == (1, 1)
+    assert sorted(index.holders) == [1500, 1504, 5000]
+
+
+def test_swapped_values_trade_places_in_the_index():
+    a = kernel(1000, 2000)
+    index = Index(a)
+    for _ in range(3):
+        driver_rebind._Plan(index, [Move(1000, 1008, 1000, None),
+                                    Move(2000, 2008, -1000, None)]).apply()
+        assert sorted(index.holders) == [1000, 2000]
+    assert values(a) == [2000, 1000]
+    assert index.holders[2000] == [(a, 0)]
+
+
+def test_a_refused_node_update_sets_every_node_back():
+    a, b = kernel(1000), kernel(1000, refuse=True)
+    index = Index(a, b)
+    with pytest.raises(driver_base.DriverError):
+        driver_rebind._Plan(index, [Move(1000, 1008, 8, None)]).apply()
+    assert values(a) == [1000] and values(b) == [1000]
+    assert a.sets == 2                  # set once, then set back
+    assert sorted(index.holders) == [1000]
+
+
+def test_a_packed_parameter_buffer_is_found_in_extra():
+    packed = ctypes.create_string_buffer(words(3, 4))
+    size = ctypes.c_size_t(16)
+    extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(packed), 2, ctypes.addressof(size), 0)
+    assert driver_rebind._packed(ctypes.addressof(extra)) == ctypes.addressof(packed)
+
+
+def test_a_kernel_layout_is_read_until_the_driver_says_there_is_no_more(monkeypatch):
+    calls = []
+
+    def info(handle, index):
+        calls.append(index)
+        if index < 3:
+            return cu.CUresult.CUDA_SUCCESS, 8 * index, 8
+        return cu.CUresult.CUDA_ERROR_INVALID_VALUE, 0, 0
+
+    monkeypatch.setattr(driver_rebind.cu, "cuFuncGetParamInfo", info)
+    monkeypatch.setattr(driver_rebind, "_layouts", {})
+    params = cu.CUDA_KERNEL_NODE_PARAMS()
+    params.func = cu.CUfunction(0x1234)
+    assert driver_rebind._layout(params) == [(0, 8), (8, 8), (16, 8)]
+    assert driver_rebind._layout(params) == [(0, 8), (8, 8), (16, 8)]
+    assert calls == [0, 1, 2, 3]        # read once per function
