@@ -57,11 +57,13 @@ class _Entry:
     """One captured signature: its graph, the arrays it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "bound", "spans", "arrays", "result")
+    __slots__ = ("graph", "launch", "bound", "spans", "arrays", "result", "pick")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
                  arrays: tuple[int, ...], result: _Result):
-        self.graph, self.arrays, self.result = graph, arrays, result
+        self.graph, self.launch, self.arrays, self.result = graph, graph.launch, arrays, result
+        # The position of the argument returned, when the result is one.
+        self.pick = result[1] if isinstance(result, tuple) and result[:1] == ("arg",) else None
         self.bound = list(values)
         # Position -> (pointer, start, end) of each distinct array bound now.
         self.spans = spans
@@ -219,7 +221,10 @@ class GraphedFunction:
                         break
                 else:
                     cache.hits += 1
-                    entry.graph.launch()
+                    entry.launch()
+                    pick = entry.pick
+                    if pick is not None:
+                        return values[pick]
                     plan = entry.result
                     return None if plan is None else _result_of(plan, values)
             return self._call(cache, stream, args, kwargs, keys, values)
