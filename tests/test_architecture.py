@@ -18,7 +18,7 @@ LAYERS = [
     ("_patches", "graph", "_rebind"),
     ("capture",),
     ("scalar", "conditional", "alloc"),
-    ("ops", "precompile", "graphed"),
+    ("ops", "precompile", "graphed", "loops"),
     ("bench", "soak", "__init__"),
 ]
 

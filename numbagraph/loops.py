@@ -1,0 +1,234 @@
+"""Replay loops run by the graph itself: counters it advances, and a loop
+that runs its body until a counter reaches a limit or a kernel stops it.
+
+``ng.increment(pos, by=1)`` records ``pos += by`` into the capture, so that
+each launch moves ``pos`` on with no update from the host.
+``with ng.repeat(pos, until=n):`` records a while loop that runs its body
+while ``pos < n``, adding ``by`` to ``pos`` after each pass; a kernel in the
+body ends it early with ``ng.set_condition(loop.cond, 0)``. One launch then
+runs the whole loop, a decode to its end token or a time stepper to its last
+step, and ``pos`` says afterwards how far it went.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Literal
+
+import numpy as np
+from numba import cuda
+
+from .backend import active as _backend
+from .conditional import Condition, ConditionalBlock, set_condition, while_loop
+from .errors import ScalarValueError
+from .scalar import DeviceScalar
+
+__all__ = ["increment", "repeat", "RepeatLoop"]
+
+
+@cuda.jit
+def _add(x, by):
+    """x[0] += by, on one thread."""
+    if cuda.grid(1) == 0:
+        x[0] += by
+
+
+@cuda.jit
+def _enter_below(counter, until, cond):
+    """cond = counter[0] < until (a number)."""
+    if cuda.grid(1) == 0:
+        set_condition(cond, counter[0] < until)
+
+
+@cuda.jit
+def _enter_below_scalar(counter, until, cond):
+    """cond = counter[0] < until[0] (a DeviceScalar)."""
+    if cuda.grid(1) == 0:
+        set_condition(cond, counter[0] < until[0])
+
+
+@cuda.jit
+def _pass_below(counter, by, until, cond):
+    """counter[0] += by; the loop ends once counter[0] < until no longer
+    holds. Never sets cond to 1: a kernel of the body may have ended it."""
+    if cuda.grid(1) == 0:
+        counter[0] += by
+        if not counter[0] < until:
+            set_condition(cond, 0)
+
+
+@cuda.jit
+def _pass_below_scalar(counter, by, until, cond):
+    if cuda.grid(1) == 0:
+        counter[0] += by
+        if not counter[0] < until[0]:
+            set_condition(cond, 0)
+
+
+def _step_for(counter: Any, by: Any, what: str) -> Any:
+    """``by`` checked for ``counter``: a number its dtype holds exactly."""
+    if not isinstance(counter, DeviceScalar):
+        raise TypeError(f"{what} takes a DeviceScalar counter, not {type(counter).__name__}")
+    dtype = np.dtype(counter.dtype)
+    if dtype.kind not in "iuf":
+        raise ScalarValueError(
+            f"{what}: a {dtype.name} DeviceScalar cannot be advanced; use an integer "
+            "or float DeviceScalar as a counter")
+    if isinstance(by, bool) or not isinstance(by, numbers.Real):
+        raise ScalarValueError(f"{what}: by={by!r} is not a number")
+    try:
+        # Typed as the counter, so that the kernel adds in its dtype.
+        return dtype.type(counter._check(by))
+    except ScalarValueError as exc:
+        raise ScalarValueError(f"{what}: by={by!r}: {exc}") from exc
+
+
+def increment(counter: DeviceScalar, by: Any = 1, *, stream: Any = None) -> None:
+    """Add ``by`` to ``counter`` on the device, in stream order.
+
+    In a capture on ``stream`` the increment is recorded: every launch of
+    the graph advances the counter, with no update from the host. Outside a
+    capture it runs at once. Integers wrap around as C integers do on
+    overflow; floats round.
+
+    Parameters
+    ----------
+    counter
+        An integer or float DeviceScalar.
+    by
+        The step, a number the counter's dtype holds.
+    stream
+        The stream to record or run it on; the counter's stream by default.
+
+    Raises
+    ------
+    TypeError
+        ``counter`` is not a DeviceScalar, or ``stream`` not a stream.
+    ScalarValueError
+        ``by`` does not fit the counter's dtype, or the counter is a bool.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        step[4, 256, s](x, pos)
+        ng.increment(pos)            # each launch reads pos, then moves it on
+    for _ in range(3):
+        cap.graph.launch()           # pos: 0, 1, 2 -> 3
+    ```
+    """
+    step = _step_for(counter, by, "ng.increment")
+    stream = counter.stream if stream is None else stream
+    _backend.stream_handle(stream)
+    _add[1, 1, stream](counter, step)
+
+
+class RepeatLoop:
+    """A loop recorded by [repeat][numbagraph.repeat]; open it with ``with``.
+
+    ``cond`` is the loop's [Condition][numbagraph.Condition]: a kernel of the
+    body given it ends the loop after the current pass with
+    ``ng.set_condition(cond, 0)``.
+    """
+
+    def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any):
+        self._step = _step_for(counter, by, "ng.repeat")
+        if isinstance(until, DeviceScalar):
+            if np.dtype(until.dtype).kind not in "iuf":
+                raise ScalarValueError(
+                    f"ng.repeat: until is a {np.dtype(until.dtype).name} DeviceScalar; "
+                    "it must be an integer or float")
+        elif isinstance(until, bool) or not isinstance(until, numbers.Real):
+            raise TypeError(
+                f"ng.repeat: until={until!r} must be a number or a DeviceScalar")
+        else:
+            try:
+                until = np.dtype(counter.dtype).type(counter._check(until))
+            except ScalarValueError as exc:
+                raise ScalarValueError(
+                    f"ng.repeat: until={until!r} is not a value the counter can reach: "
+                    f"{exc}") from exc
+        self.counter, self.until = counter, until
+        self._stream = counter.stream if stream is None else stream
+        # The loop's condition is set by a kernel before the loop, so a
+        # counter already at its limit runs no pass.
+        self.cond = Condition(stream=self._stream)
+        self._block: ConditionalBlock | None = None
+
+    def __enter__(self) -> "RepeatLoop":
+        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        (_enter_below_scalar if scalar else _enter_below)[1, 1, s](
+            self.counter, self.until, self.cond)
+        block = while_loop(self.cond, stream=s)
+        block.__enter__()
+        self._block = block
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        block, self._block = self._block, None
+        if block is None:
+            return False
+        if exc_type is None:
+            try:
+                s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+                (_pass_below_scalar if scalar else _pass_below)[1, 1, s](
+                    self.counter, self._step, self.until, self.cond)
+            except BaseException as err:
+                block.__exit__(type(err), err, err.__traceback__)
+                raise
+        return block.__exit__(exc_type, exc, tb)
+
+
+def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None) -> RepeatLoop:
+    """Record a loop the GPU runs while ``counter < until``, adding ``by`` to
+    ``counter`` after each pass.
+
+    The test comes before each pass, so a counter already at its limit runs
+    none. A kernel of the body ends the loop early, after the pass it runs
+    in, with ``ng.set_condition(loop.cond, 0)``: an end-of-sequence token, a
+    residual below tolerance, a particle out of the box. After the launch
+    ``counter`` holds where the loop stopped. Use it inside a capture; the
+    body follows the rules of [while_loop][numbagraph.while_loop].
+
+    Parameters
+    ----------
+    counter
+        An integer or float DeviceScalar: the loop's position (a token
+        index, a step number, a time).
+    until
+        Where the loop ends: a number, recorded into the graph, or a
+        DeviceScalar, read at each launch and pass.
+    by
+        The step added after each pass, a number the counter's dtype holds.
+    stream
+        The capture stream; the counter's stream by default.
+
+    Returns
+    -------
+    RepeatLoop
+        The loop, to open with ``with``; its ``cond`` stops it early.
+
+    Raises
+    ------
+    TypeError
+        ``counter`` is not a DeviceScalar, or ``until`` not a number or a
+        DeviceScalar.
+    ScalarValueError
+        ``by`` does not fit the counter's dtype, or the counter is a bool.
+    ConditionalError
+        Not inside a capture on ``stream``, or the CUDA in use has no
+        conditional nodes; opening and closing the body raise as
+        [while_loop][numbagraph.while_loop] does.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        with ng.repeat(pos, until=max_len) as loop:
+            decode[1, 32, s](tokens, pos, loop.cond)   # sets loop.cond to 0 at the end token
+    pos.update(prompt_len)
+    cap.graph.launch()                                  # the whole decode, one launch
+    ```
+    """
+    return RepeatLoop(counter, until, by, stream)
+

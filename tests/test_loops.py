@@ -1,0 +1,188 @@
+"""ng.increment and ng.repeat: counters the graph advances, and loops it runs
+to a limit or to a stop a kernel decides."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+
+
+@cuda.jit
+def record(log, pos):
+    """log[pos] = 10 * pos."""
+    if cuda.grid(1) == 0:
+        log[int(pos[0])] = int(pos[0]) * 10
+
+
+@cuda.jit
+def stop_at(pos, token, cond):
+    """End the loop once pos reaches token."""
+    if cuda.grid(1) == 0 and pos[0] == token:
+        ng.set_condition(cond, 0)
+
+
+@cuda.jit
+def accumulate(total, step):
+    if cuda.grid(1) == 0:
+        total[0] += step[0]
+
+
+def zeros(n, stream, dtype=np.int32):
+    return cuda.to_device(np.zeros(n, dtype), stream=stream)
+
+
+def written(log, stream):
+    return [i for i, v in enumerate(log.copy_to_host(stream=stream)) if v]
+
+
+def test_increment_in_a_capture_advances_the_counter_at_every_launch(stream):
+    log = zeros(8, stream)
+    pos = ng.DeviceScalar(1, np.int32, stream=stream)
+    record[1, 1, stream](log, pos)
+    with ng.capture(stream) as cap:
+        record[1, 1, stream](log, pos)
+        ng.increment(pos, by=2)
+    for _ in range(3):
+        cap.graph.launch()
+    assert pos.value == 7
+    assert written(log, stream) == [1, 3, 5]
+
+
+def test_increment_outside_a_capture_runs_at_once(stream):
+    t = ng.DeviceScalar(0.5, np.float64, stream=stream)
+    ng.increment(t, by=0.25)
+    assert t.value == 0.75
+
+
+def test_repeat_runs_until_the_counter_reaches_its_limit(stream):
+    log = zeros(16, stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    record[1, 1, stream](log, pos)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=5):
+            record[1, 1, stream](log, pos)
+    pos.update(2)
+    cap.graph.launch()
+    assert pos.value == 5
+    assert written(log, stream) == [2, 3, 4]
+
+
+def test_a_kernel_ends_the_loop_early_and_the_counter_says_where(stream):
+    log = zeros(16, stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    record[1, 1, stream](log, pos)
+    ng.precompile(stop_at, pos, 0, ng.Condition)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=12) as loop:
+            record[1, 1, stream](log, pos)
+            stop_at[1, 1, stream](pos, 6, loop.cond)
+    pos.update(1)
+    cap.graph.launch()
+    assert pos.value == 7           # the pass at 6 ran, then the loop ended
+    assert written(log, stream) == [1, 2, 3, 4, 5, 6]
+    pos.update(9)                   # past the stop token: the limit ends it
+    cap.graph.launch()
+    assert pos.value == 12
+
+
+def test_a_counter_already_at_its_limit_runs_no_pass(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=3):
+            accumulate[1, 1, stream](total, one)
+    pos.update(3)
+    cap.graph.launch()
+    assert total.copy_to_host(stream=stream)[0] == 1 and pos.value == 3
+
+
+def test_a_device_scalar_limit_is_read_at_each_launch(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int64, stream=stream)
+    limit = ng.DeviceScalar(4, np.int64, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=limit):
+            accumulate[1, 1, stream](total, one)
+    pos.update(0)
+    cap.graph.launch()
+    limit.update(10)
+    pos.update(0)
+    cap.graph.launch()
+    assert total.copy_to_host(stream=stream)[0] == 1 + 4 + 10
+
+
+def test_a_float_counter_steps_time_to_its_end(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    t = ng.DeviceScalar(0.0, np.float64, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        with ng.repeat(t, until=1.0, by=0.125):
+            accumulate[1, 1, stream](total, one)
+    cap.graph.launch()
+    assert t.value == 1.0
+    assert total.copy_to_host(stream=stream)[0] == 1 + 8
+
+
+def test_a_repeat_nests_inside_an_if_then(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    for run, expected in ((1, 3), (0, 0)):
+        total.copy_to_device(np.zeros(1, np.int32), stream=stream)
+        with ng.capture(stream) as cap:
+            go = ng.Condition(default=run)
+            with ng.if_then(go):
+                with ng.repeat(pos, until=3):
+                    accumulate[1, 1, stream](total, one)
+        pos.update(0)
+        cap.graph.launch()
+        assert total.copy_to_host(stream=stream)[0] == expected
+
+
+def test_bad_counters_steps_and_limits_are_refused(stream):
+    pos = ng.DeviceScalar(0, np.int8, stream=stream)
+    flag = ng.DeviceScalar(True, np.bool_, stream=stream)
+    with pytest.raises(TypeError, match="DeviceScalar counter"):
+        ng.increment(zeros(1, stream))
+    with pytest.raises(ng.ScalarValueError, match="cannot be advanced"):
+        ng.increment(flag)
+    with pytest.raises(ng.ScalarValueError, match="does not fit int8"):
+        ng.increment(pos, by=300)
+    with pytest.raises(ng.ScalarValueError, match="not a number"):
+        ng.increment(pos, by="1")
+    with ng.capture(stream):
+        with pytest.raises(TypeError, match="until"):
+            ng.repeat(pos, until="ten")
+        ng.increment(pos)
+    assert pos.value == 0
+
+
+def test_repeat_outside_a_capture_is_refused(stream):
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    with pytest.raises(ng.ConditionalError):
+        ng.repeat(pos, until=3)
+
+
+def test_a_limit_the_counter_cannot_hold_is_refused(stream):
+    pos = ng.DeviceScalar(0, np.int8, stream=stream)
+    with ng.capture(stream):
+        with pytest.raises(ng.ScalarValueError, match="counter can reach"):
+            ng.repeat(pos, until=1000)
+        ng.increment(pos)
+
+
+def test_a_wide_unsigned_counter_counts_exactly(stream):
+    start = 2**63 + 5
+    pos = ng.DeviceScalar(start, np.uint64, stream=stream)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=start + 3):
+            ng.increment(pos, by=0)
+    cap.graph.launch()
+    assert pos.value == start + 3
