@@ -18,6 +18,8 @@ The token and the position live in DeviceScalars, so the step is captured
 into a graph once and replayed for every token after ``pos.update(t)``.
 The loop runs eagerly and as a graph; both are checked token by token
 against a NumPy reference, and the time per token of each is printed.
+Then the whole decode runs in one launch: ``ng.repeat`` loops the step on
+the GPU, advancing ``pos``, until a kernel sees the end token picked.
 
 Run: python examples/decode_loop.py   (no GPU: runs on Numba's simulator)
 """
@@ -68,6 +70,13 @@ def attention_scores(q, keys, pos, scale, scores):
             scores[h, j] = acc * scale
         else:
             scores[h, j] = -math.inf
+
+
+@cuda.jit
+def stop_at_token(best, end_token, cond):
+    """End the decode loop once the step picked the end token."""
+    if cuda.grid(1) == 0 and best[0] == end_token:
+        ng.set_condition(cond, 0)
 
 
 class Model:
@@ -199,12 +208,15 @@ def reference(model: Model) -> np.ndarray:
     return logits
 
 
-def check(model: Model, s, expected: np.ndarray, label: str) -> None:
+def check(model: Model, s, expected: np.ndarray, label: str, tokens: int | None = None) -> None:
     got = model.logits_log.copy_to_host(stream=s)
     picks = model.picks.copy_to_host(stream=s)
     s.synchronize()
     scale = np.abs(expected).max()
-    for t in range(model.cfg.tokens):
+    tokens = model.cfg.tokens if tokens is None else tokens
+    if tokens < model.cfg.tokens:
+        assert not got[tokens:].any(), f"{label}: logits written past token {tokens - 1}"
+    for t in range(tokens):
         np.testing.assert_allclose(got[t], expected[t], rtol=1e-3, atol=1e-3 * scale,
                                    err_msg=f"{label}: logits of token {t}")
         top2 = np.sort(expected[t])[-2:]
@@ -238,6 +250,38 @@ def run_graph(model: Model, s) -> tuple[float, ng.CapturedGraph]:
     return time.perf_counter() - start, graph
 
 
+def end_token(expected: np.ndarray) -> tuple[int, int]:
+    """``(token, t)``: a token the reference picks clearly at position ``t``
+    in the second half of the decode and at no position before, so that a
+    decode stopping at that token stops after ``t``."""
+    picks = expected.argmax(axis=1)
+    scale = np.abs(expected).max()
+    for t in range(len(picks) // 2, len(picks)):
+        top2 = np.sort(expected[t])[-2:]
+        if picks[t] not in picks[:t] and top2[1] - top2[0] > 1e-3 * scale:
+            return int(picks[t]), t
+    return -1, len(picks) - 1          # no such token: the length ends the decode
+
+
+def run_to_end_token(model: Model, s, token: int) -> tuple[float, int]:
+    """The whole decode in one launch: the step in a loop on the GPU that
+    advances pos until the end token is picked or the length is reached."""
+    ng.precompile(stop_at_token, model.best, token, ng.Condition)
+    with ng.capture(s) as cap:
+        with ng.repeat(model.pos, until=model.cfg.tokens) as loop:
+            model.step(s)
+            stop_at_token[1, 1, s](model.best, token, loop.cond)
+    graph = cap.graph
+    graph.upload()
+    model.reset(s)
+    model.pos.update(0)
+    s.synchronize()
+    start = time.perf_counter()
+    graph.launch()
+    s.synchronize()
+    return time.perf_counter() - start, model.pos.value
+
+
 def main(cfg: Config = CONFIG) -> None:
     where = "GPU (CUDA driver)" if ON_GPU else "Numba's CUDA simulator (no GPU found)"
     print(f"numbagraph decode loop on {where}")
@@ -254,12 +298,21 @@ def main(cfg: Config = CONFIG) -> None:
     replay, graph = run_graph(model, s)
     check(model, s, expected, "graph")
 
+    token, last = end_token(expected)
+    whole, generated = run_to_end_token(model, s, token)
+    assert generated == last + 1, f"the one-launch decode stopped after {generated} tokens"
+    check(model, s, expected, "one launch", generated)
+
     per_token = 1e3 / cfg.tokens
     print(f"  graph: {graph.num_nodes} nodes per token, captured once, replayed "
           f"{cfg.tokens} times")
     print(f"  eager : {eager * per_token:8.3f} ms per token")
     print(f"  graph : {replay * per_token:8.3f} ms per token")
     print(f"  speed-up {eager / replay:.1f}x; logits match the NumPy reference for every token")
+    print(f"  one launch to the end token ({generated} tokens, stopped by token {token}): "
+          f"{whole * 1e3 / generated:8.3f} ms per token")
+    print(f"  one launch speed-up {replay * generated / (whole * cfg.tokens):.1f}x over the "
+          "graph per token; its logits match the reference up to the end token")
     if not ON_GPU:
         print("  (simulator timings measure Python, not a GPU)")
 

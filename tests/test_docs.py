@@ -229,7 +229,16 @@ def test_example_decode_loop_runs(capsys):
 
     # Without a GPU the example picks tiny sizes for the simulator.
     runpy.run_path(str(DOCS.parent / "examples" / "decode_loop.py"), run_name="__main__")
-    assert "logits match the NumPy reference for every token" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "logits match the NumPy reference for every token" in out
+    assert "its logits match the reference up to the end token" in out
+
+
+def test_example_heat_to_t_end_runs(capsys):
+    import runpy
+
+    runpy.run_path(str(DOCS.parent / "examples" / "heat_to_t_end.py"), run_name="__main__")
+    assert "all three match NumPy at t_end" in capsys.readouterr().out
 
 
 def test_example_rk4_pingpong_runs(capsys):

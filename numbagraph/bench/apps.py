@@ -25,7 +25,8 @@ __all__ = ["NAME", "TITLE", "run", "EXAMPLES", "parse_timings"]
 NAME = "apps"
 TITLE = "Applications: the examples' own eager vs graph timings"
 UNIT = ""
-EXAMPLES = ("replay_loop.py", "decode_loop.py", "jacobi_converge.py", "rk4_pingpong.py")
+EXAMPLES = ("replay_loop.py", "decode_loop.py", "jacobi_converge.py", "rk4_pingpong.py",
+            "heat_to_t_end.py")
 
 _LABEL = re.compile(r"^\s*(?P<label>[A-Za-z][^:=]*?)\s*[:=]")
 _TIME = re.compile(r"(?P<value>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<unit>ms|us|µs|s)\b"
