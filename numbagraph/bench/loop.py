@@ -30,7 +30,7 @@ from .peers import libcuda, numba_tiny, numba_tiny_nonblocking, raw_driver
 from .replay import torch_tiny
 from .timing import Contender
 
-__all__ = ["NAME", "TITLE", "run", "STEP", "UPDATE", "LAUNCH"]
+__all__ = ["NAME", "TITLE", "run", "STEP", "UPDATE", "LAUNCH", "DEVICE_LOOP"]
 
 NAME = "loop"
 TITLE = "Replay-loop step: scalar update + 1-node graph launch"
@@ -256,6 +256,41 @@ def _cpp(blocking: bool):
     return rows
 
 
+DEVICE_LOOP = "numbagraph, device loop"
+
+
+def _device_loop(ctx: Context, case: str) -> Contender:
+    """The whole loop in one launch: ``ng.repeat`` runs the 1-node step on
+    the GPU, its counter advanced there after each pass; a batch is one
+    launch of as many passes as the other peers take steps."""
+    def make():
+        t = numba_tiny(ctx)
+        n = ctx.config.launch_repeats
+        pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
+        t.launch(pos)
+        with ng.capture(t.stream) as cap:
+            with ng.repeat(pos, until=float(n)):
+                t.launch(pos)
+        graph = cap.graph
+        graph.upload()
+        ctx.on_close(graph.close)
+        pos.update(0.0)
+        graph.launch()
+        if pos.value != n:
+            raise RuntimeError(f"the device loop ran {pos.value} passes, not {n}")
+        return t, pos, graph, n
+
+    t, pos, graph, n = ctx.shared("loop_device", make)
+
+    def batch():
+        pos.update(0.0)
+        graph.launch()
+
+    return Contender(batch, n, t.sync,
+                     note=f"one launch of ng.repeat over {n} passes (the step, then "
+                          "the counter's advance on the GPU)")
+
+
 PEERS = {
     "numbagraph": _numbagraph(numba_tiny, "loop_numbagraph"),
     "numbagraph, non-blocking stream": _numbagraph(numba_tiny_nonblocking,
@@ -270,8 +305,10 @@ PEERS = {
     "ctypes memset": _driver_peer(_ctypes_calls, True,
                                   "libcuda cuMemsetD32Async + cuGraphLaunch"),
     "PyTorch": _torch,
+    DEVICE_LOOP: _device_loop,
 }
 _LAUNCH_ONLY = {"cuda.core"}  # peers with nothing to update
+_STEP_ONLY = {DEVICE_LOOP}    # peers whose update and launch are one
 
 
 def run(ctx: Context) -> SuiteResult:
@@ -280,7 +317,8 @@ def run(ctx: Context) -> SuiteResult:
     for case in (STEP, UPDATE, LAUNCH):
         setups = {peer: (lambda setup=setup, case=case: setup(ctx, case))
                   for peer, setup in PEERS.items()
-                  if case == LAUNCH or peer not in _LAUNCH_ONLY}
+                  if (case == LAUNCH or peer not in _LAUNCH_ONLY)
+                  and (case == STEP or peer not in _STEP_ONLY)}
         ctx.compare(result, case, setups, unit=UNIT)
     ctx.attempt(result, PEER, lambda: _cpp(False)(ctx))
     ctx.attempt(result, PEER_BLOCKING, lambda: _cpp(True)(ctx))

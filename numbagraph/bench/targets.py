@@ -10,7 +10,7 @@ from .core import SuiteResult
 from .graphed import (ALL, ONE, PLAIN, RECAPTURE, RECAPTURE_UPDATE, SAME, SIZES, STEPS,
                       TORCH, case, size_case, size_label)
 from .graphed import PEER as GRAPHED
-from .loop import STEP
+from .loop import DEVICE_LOOP, STEP
 
 __all__ = ["Target", "TARGETS", "evaluate"]
 
@@ -62,6 +62,8 @@ def _targets() -> list[Target]:
         Target("replay-loop step <= 1.3x C++", "loop", STEP, "numbagraph", STEP, "C++", 1.3),
         Target("replay-loop step faster than PyTorch", "loop", STEP, "numbagraph",
                STEP, "PyTorch", 1.0),
+        Target("replay-loop step run on the GPU by ng.repeat <= 0.5x C++", "loop", STEP,
+               DEVICE_LOOP, STEP, "C++", 0.5),
     ]
     found += [
         Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",
