@@ -27,7 +27,7 @@ from .safety import (
     guard_legacy_work,
 )
 
-__all__ = ["DeviceScalar", "SCALAR_DTYPES"]
+__all__ = ["DeviceScalar", "HostScalar", "SCALAR_DTYPES"]
 
 SCALAR_DTYPES = tuple(
     np.dtype(t)
@@ -293,6 +293,57 @@ class DeviceScalar:
                 CaptureWarning, stacklevel=3,
             )
 
+    def read_async(self, into: "HostScalar", *, stream: Any = None) -> None:
+        """Copy the device value into ``into``, pinned host memory, in stream
+        order, without waiting for it.
+
+        Inside a capture on ``stream`` the copy is recorded: every launch of
+        the graph (every pass of a loop, if recorded in its body) writes the
+        value there, and the host reads ``into.value`` when it likes, with
+        no synchronisation; the value read is the latest the GPU has written.
+
+        Parameters
+        ----------
+        into
+            A [HostScalar][numbagraph.HostScalar] of the same dtype.
+        stream
+            The stream to copy (or record the copy) on; the scalar's by default.
+
+        Raises
+        ------
+        TypeError
+            ``into`` is not a HostScalar, or ``stream`` is not a stream.
+        ScalarValueError
+            ``into`` has another dtype.
+        ForeignStreamInCaptureError
+            ``stream`` is the legacy default stream while a stream captures.
+
+        Examples
+        --------
+        ```python
+        seen = ng.HostScalar(np.int32)
+        with ng.capture(s) as cap:
+            with ng.repeat(pos, until=1000):
+                step[1, 32, s](x, pos)
+                pos.read_async(seen)      # progress, visible to the host
+        ```
+        """
+        if not isinstance(into, HostScalar):
+            raise TypeError(f"read_async() copies into a HostScalar, not {type(into).__name__}")
+        if into.dtype != self._dtype:
+            raise ScalarValueError(
+                f"read_async(): the HostScalar holds {into.dtype.name}, the DeviceScalar "
+                f"{self._dtype.name}; make a HostScalar of {self._dtype.name}")
+        handle = self._handle if stream is None else _backend.stream_handle(stream)
+        if _sessions:
+            session = _registry.on(handle)
+            if session is None:
+                guard_legacy_work(handle, "DeviceScalar.read_async() on the legacy default stream")
+            else:
+                _registry.raise_if_invalidated(session)
+                session.keep((self, into))
+        _backend.copy_to_host_async(into._host, self._dev, handle)
+
     def inner(self):
         """The numba device array behind the scalar, shape ``(1,)``."""
         return self._dev
@@ -306,3 +357,60 @@ class DeviceScalar:
 
 
 register_device_wrapper(DeviceScalar, DeviceScalar.inner)
+
+
+class HostScalar:
+    """One value in pinned host memory, written by the GPU in stream order
+    ([DeviceScalar.read_async][numbagraph.DeviceScalar.read_async]) and read
+    by the host without synchronising: a replay loop, or a loop running on
+    the GPU, shows its progress (a counter, a residual) as it goes.
+
+    Made outside a capture (it allocates pinned memory), starting at zero.
+
+    Parameters
+    ----------
+    dtype
+        Any dtype a DeviceScalar takes.
+
+    Raises
+    ------
+    ScalarValueError
+        ``dtype`` is not one a DeviceScalar takes.
+    AllocationInCaptureError
+        Made where a capture forbids allocating.
+
+    Examples
+    --------
+    ```python
+    seen = ng.HostScalar(np.float32)
+    residual.read_async(seen)
+    print(seen.value)        # whatever the GPU has written so far
+    ```
+    """
+
+    __slots__ = ("_host", "_dtype")
+
+    def __init__(self, dtype: Any = np.float64):
+        dtype = np.dtype(dtype)
+        if dtype not in SCALAR_DTYPES:
+            raise ScalarValueError(
+                f"HostScalar does not support dtype {dtype}; use one of "
+                + ", ".join(d.name for d in SCALAR_DTYPES))
+        if _sessions:
+            guard_allocation("ng.HostScalar() (pinned memory)")
+        self._host = cuda.pinned_array(1, dtype)
+        self._host[0] = 0
+        self._dtype = dtype
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype of the value."""
+        return self._dtype
+
+    @property
+    def value(self) -> Any:
+        """The value the GPU wrote last (zero before any), read at once."""
+        return self._host[0].item()
+
+    def __repr__(self) -> str:
+        return f"HostScalar(dtype={self._dtype.name}, value={self.value!r})"

@@ -186,3 +186,46 @@ def test_a_wide_unsigned_counter_counts_exactly(stream):
             ng.increment(pos, by=0)
     cap.graph.launch()
     assert pos.value == start + 3
+
+
+def test_read_async_copies_into_a_host_scalar_in_stream_order(stream):
+    pos = ng.DeviceScalar(41, np.int32, stream=stream)
+    seen = ng.HostScalar(np.int32)
+    assert seen.value == 0
+    pos.read_async(seen)
+    stream.synchronize()
+    assert seen.value == 41
+
+
+def test_a_recorded_read_shows_the_progress_of_a_loop_on_the_gpu(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    seen = ng.HostScalar(np.int32)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=6):
+            accumulate[1, 1, stream](total, one)
+            pos.read_async(seen)            # each pass: where the loop is
+    cap.graph.launch()
+    stream.synchronize()
+    assert seen.value == 5                  # read before the last advance
+    assert pos.value == 6
+
+
+def test_read_async_refuses_another_dtype_or_kind(stream):
+    pos = ng.DeviceScalar(1, np.int32, stream=stream)
+    with pytest.raises(ng.ScalarValueError, match="make a HostScalar of int32"):
+        pos.read_async(ng.HostScalar(np.float32))
+    with pytest.raises(TypeError, match="HostScalar"):
+        pos.read_async(np.zeros(1, np.int32))
+    with pytest.raises(ng.ScalarValueError, match="does not support"):
+        ng.HostScalar(np.complex64)
+
+
+def test_a_host_scalar_is_made_outside_a_capture(stream):
+    with pytest.raises(ng.CaptureInvalidatedError):   # the refusal ended the capture
+        with ng.capture(stream):
+            with pytest.raises(ng.AllocationInCaptureError, match="HostScalar"):
+                ng.HostScalar(np.int32)
+    assert not ng.is_capturing(stream)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from cuda.bindings import driver as cu
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
@@ -119,3 +121,11 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     err, = cu.cuMemcpyDtoDAsync(dst.device_ctypes_pointer.value,
                                 src.device_ctypes_pointer.value, nbytes, handle)
     raise_for("cuMemcpyDtoDAsync", err)
+
+
+def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
+    """Copy ``dev`` into ``host``, pinned memory, on the stream, without
+    waiting (a copy node while the stream captures)."""
+    err, = cu.cuMemcpyDtoHAsync(host.ctypes.data, dev.device_ctypes_pointer.value,
+                                host.nbytes, handle)
+    raise_for("cuMemcpyDtoHAsync", err)

@@ -252,6 +252,10 @@ class Backend(Protocol):
         """Enqueue "copy ``src`` into ``dst``" (device arrays of one size and
         dtype) on the stream: a copy node in a capture."""
 
+    def copy_to_host_async(self, host: np.ndarray, dev: Any, handle: int) -> None:
+        """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same
+        size) on the stream, without waiting: a copy node in a capture."""
+
     # ------------------------------------------------------------ conditionals
 
     ConditionalNode: ClassVar[Callable[..., ConditionalNode]]

@@ -453,6 +453,11 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     _record_or_run(handle, functools.partial(np.copyto, dst._ary, src._ary))
 
 
+def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
+    """Copy ``dev`` into ``host`` on the stream (recorded while it captures)."""
+    _record_or_run(handle, functools.partial(np.copyto, host, dev._ary))
+
+
 def memset_zero(dev: Any, handle: int) -> None:
     """Zero every byte of ``dev`` on the stream (recorded while it captures)."""
     _record_or_run(handle, functools.partial(dev._ary.fill, 0))
