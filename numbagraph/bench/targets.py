@@ -64,6 +64,9 @@ def _targets() -> list[Target]:
                STEP, "PyTorch", 1.0),
         Target("replay-loop step run on the GPU by ng.repeat <= 0.5x C++", "loop", STEP,
                DEVICE_LOOP, STEP, "C++", 0.5),
+        Target("decode to the end token in one launch <= 0.8x the graph per token",
+               "apps", "decode_loop", "one launch per token", "decode_loop",
+               "graph per token", 0.8),
     ]
     found += [
         Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",
