@@ -23,7 +23,7 @@ from .conditional import Condition, ConditionalBlock, set_condition, while_loop
 from .errors import ScalarValueError
 from .scalar import DeviceScalar
 
-__all__ = ["increment", "repeat", "RepeatLoop"]
+__all__ = ["increment", "repeat", "RepeatLoop", "stop_when"]
 
 
 @cuda.jit
@@ -63,6 +63,20 @@ def _pass_below_scalar(counter, by, until, cond):
         counter[0] += by
         if not counter[0] < until[0]:
             set_condition(cond, 0)
+
+
+@cuda.jit
+def _stop_below(value, limit, cond):
+    """End the loop when value[0] < limit."""
+    if cuda.grid(1) == 0 and value[0] < limit:
+        set_condition(cond, 0)
+
+
+@cuda.jit
+def _stop_above(value, limit, cond):
+    """End the loop when value[0] > limit."""
+    if cuda.grid(1) == 0 and value[0] > limit:
+        set_condition(cond, 0)
 
 
 def _step_for(counter: Any, by: Any, what: str) -> Any:
@@ -232,3 +246,57 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
     """
     return RepeatLoop(counter, until, by, stream)
 
+
+def stop_when(cond: Condition, value: Any, *, below: Any = None, above: Any = None,
+              stream: Any = None) -> None:
+    """End a loop once a value on the device crosses a limit: records (or
+    runs) a kernel that sets ``cond`` to 0 when ``value < below`` (or
+    ``value > above``). For a solver that stops at its tolerance, after an
+    op has written the residual: ``ng.norm2_into(r, res, stream=s)``, then
+    ``ng.stop_when(loop.cond, res, below=tol)``.
+
+    Parameters
+    ----------
+    cond
+        The loop's Condition: ``loop.cond`` of [repeat][numbagraph.repeat],
+        or the Condition of a [while_loop][numbagraph.while_loop].
+    value
+        A DeviceScalar, or a device array whose first element is the value
+        (the output of a reduction op).
+    below, above
+        The limit, exactly one of them: a number.
+    stream
+        The capture stream; that of ``cond`` by default.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a Condition, ``value`` is not a DeviceScalar or a
+        device array, or the limit is not a number.
+    ValueError
+        Neither or both of ``below`` and ``above`` are given.
+    ConditionalError
+        ``cond``'s capture has ended.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        with ng.repeat(it, until=500) as loop:
+            sweep[blocks, 256, s](u, v, r)
+            ng.norm2_into(r, res, stream=s)
+            ng.stop_when(loop.cond, res, below=1e-6)
+    ```
+    """
+    if not isinstance(cond, Condition):
+        raise TypeError(f"ng.stop_when takes a Condition, not {type(cond).__name__}")
+    if (below is None) == (above is None):
+        raise ValueError("ng.stop_when takes exactly one of below= and above=")
+    limit = below if above is None else above
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real):
+        raise TypeError(f"ng.stop_when: the limit {limit!r} is not a number")
+    if not isinstance(value, DeviceScalar) and not isinstance(value, _backend.DEVICE_ARRAY_TYPES):
+        raise TypeError(
+            f"ng.stop_when reads a DeviceScalar or a device array, not {type(value).__name__}")
+    kernel = _stop_below if above is None else _stop_above
+    kernel[1, 1, cond.stream if stream is None else stream](value, limit, cond)

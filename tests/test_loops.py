@@ -229,3 +229,54 @@ def test_a_host_scalar_is_made_outside_a_capture(stream):
             with pytest.raises(ng.AllocationInCaptureError, match="HostScalar"):
                 ng.HostScalar(np.int32)
     assert not ng.is_capturing(stream)
+
+
+@cuda.jit
+def halve_residual(res):
+    if cuda.grid(1) == 0:
+        res[0] = res[0] / 2
+
+
+def test_stop_when_ends_a_loop_at_a_tolerance(stream):
+    res = cuda.to_device(np.array([1.0], np.float64), stream=stream)
+    it = ng.DeviceScalar(0, np.int32, stream=stream)
+    halve_residual[1, 1, stream](res)
+    with ng.capture(stream) as cap:
+        with ng.repeat(it, until=100) as loop:
+            halve_residual[1, 1, stream](res)
+            ng.stop_when(loop.cond, res, below=1e-3)
+    res.copy_to_device(np.array([1.0]), stream=stream)
+    cap.graph.launch()
+    assert it.value == 10                    # 2**-10 < 1e-3 <= 2**-9
+    assert res.copy_to_host(stream=stream)[0] == 2.0 ** -10
+
+
+def test_stop_when_above_reads_a_device_scalar(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=50) as loop:
+            ng.increment(one)                # 1, 2, 3, ... added each pass
+            accumulate[1, 1, stream](total, one)
+            ng.stop_when(loop.cond, one, above=4)
+    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    one.update(1)
+    cap.graph.launch()
+    assert total.copy_to_host(stream=stream)[0] == 2 + 3 + 4 + 5
+    assert pos.value == 4
+
+
+def test_stop_when_refuses_what_it_cannot_read(stream):
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    with ng.capture(stream):
+        with ng.repeat(pos, until=3) as loop:
+            with pytest.raises(ValueError, match="exactly one"):
+                ng.stop_when(loop.cond, pos)
+            with pytest.raises(TypeError, match="not a number"):
+                ng.stop_when(loop.cond, pos, below="x")
+            with pytest.raises(TypeError, match="DeviceScalar or a device array"):
+                ng.stop_when(loop.cond, np.zeros(1), below=1)
+            with pytest.raises(TypeError, match="takes a Condition"):
+                ng.stop_when(pos, pos, below=1)
