@@ -472,8 +472,9 @@ class ConditionalBlock:
             blocks.broken = f"{self._name} could not be recorded: {err}"
             raise ConditionalError(
                 f"{blocks.broken}. A conditional body holds kernels, DeviceScalar "
-                "updates, device-to-device copies and nested conditional blocks; "
-                "nothing that copies to or from the host or waits for it"
+                "updates, device-to-device copies, copies into a HostScalar and "
+                "nested conditional blocks; no other copy to or from the host, and "
+                "nothing that waits for it"
             ) from err
         if frame.condition is not None and not frame.sets_condition:
             blocks.broken = (

@@ -12,15 +12,17 @@ step, and ``pos`` says afterwards how far it went.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Literal
 
 import numpy as np
 from numba import cuda
 
+from . import _registry
 from .backend import active as _backend
 from .conditional import Condition, ConditionalBlock, set_condition, while_loop
-from .errors import ScalarValueError
+from .errors import ConditionalError, ScalarValueError
 from .scalar import DeviceScalar
 
 __all__ = ["increment", "repeat", "RepeatLoop", "stop_when"]
@@ -50,18 +52,24 @@ def _enter_below_scalar(counter, until, cond):
 @cuda.jit
 def _pass_below(counter, by, until, cond):
     """counter[0] += by; the loop ends once counter[0] < until no longer
-    holds. Never sets cond to 1: a kernel of the body may have ended it."""
+    holds, or once the counter failed to move forward (an integer that
+    wrapped around, a float too large to change). Never sets cond to 1: a
+    kernel of the body may have ended the loop."""
     if cuda.grid(1) == 0:
+        before = counter[0]
         counter[0] += by
-        if not counter[0] < until:
+        after = counter[0]
+        if after <= before or not after < until:
             set_condition(cond, 0)
 
 
 @cuda.jit
 def _pass_below_scalar(counter, by, until, cond):
     if cuda.grid(1) == 0:
+        before = counter[0]
         counter[0] += by
-        if not counter[0] < until[0]:
+        after = counter[0]
+        if after <= before or not after < until[0]:
             set_condition(cond, 0)
 
 
@@ -79,8 +87,9 @@ def _stop_above(value, limit, cond):
         set_condition(cond, 0)
 
 
-def _step_for(counter: Any, by: Any, what: str) -> Any:
-    """``by`` checked for ``counter``: a number its dtype holds exactly."""
+def _step_for(counter: Any, by: Any, what: str, forward: bool = False) -> Any:
+    """``by`` checked for ``counter``: a number its dtype holds exactly (and,
+    ``forward``, above zero)."""
     if not isinstance(counter, DeviceScalar):
         raise TypeError(f"{what} takes a DeviceScalar counter, not {type(counter).__name__}")
     dtype = np.dtype(counter.dtype)
@@ -90,6 +99,11 @@ def _step_for(counter: Any, by: Any, what: str) -> Any:
             "or float DeviceScalar as a counter")
     if isinstance(by, bool) or not isinstance(by, numbers.Real):
         raise ScalarValueError(f"{what}: by={by!r} is not a number")
+    if not math.isfinite(by) or (forward and not float(by) > 0):
+        raise ScalarValueError(
+            f"{what}: by={by!r} must be a finite number"
+            + (" above zero: the loop runs while the counter climbs to its limit"
+               if forward else ""))
     try:
         # Typed as the counter, so that the kernel adds in its dtype.
         return dtype.type(counter._check(by))
@@ -133,8 +147,10 @@ def increment(counter: DeviceScalar, by: Any = 1, *, stream: Any = None) -> None
     """
     step = _step_for(counter, by, "ng.increment")
     stream = counter.stream if stream is None else stream
-    _backend.stream_handle(stream)
+    handle = _backend.stream_handle(stream)
     _add[1, 1, stream](counter, step)
+    if _registry.sessions and _registry.on(handle) is None:
+        counter._warn_if_meant_for_a_capture(f"ng.increment(by={by!r})", stream)
 
 
 class RepeatLoop:
@@ -146,31 +162,41 @@ class RepeatLoop:
     """
 
     def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any):
-        self._step = _step_for(counter, by, "ng.repeat")
+        self._step = _step_for(counter, by, "ng.repeat", forward=True)
+        dtype = np.dtype(counter.dtype)
         if isinstance(until, DeviceScalar):
-            if np.dtype(until.dtype).kind not in "iuf":
+            # Compared in the counter's own type on the device: a mixed pair
+            # (uint64 with int64) would be compared as floats.
+            if np.dtype(until.dtype) != dtype:
                 raise ScalarValueError(
-                    f"ng.repeat: until is a {np.dtype(until.dtype).name} DeviceScalar; "
-                    "it must be an integer or float")
+                    f"ng.repeat: until is a {np.dtype(until.dtype).name} DeviceScalar and "
+                    f"the counter {dtype.name}; give until the counter's dtype")
         elif isinstance(until, bool) or not isinstance(until, numbers.Real):
             raise TypeError(
                 f"ng.repeat: until={until!r} must be a number or a DeviceScalar")
         else:
+            if math.isnan(until):
+                raise ScalarValueError("ng.repeat: until is NaN, which no counter reaches")
             try:
-                until = np.dtype(counter.dtype).type(counter._check(until))
+                until = dtype.type(counter._check(until))
             except ScalarValueError as exc:
                 raise ScalarValueError(
                     f"ng.repeat: until={until!r} is not a value the counter can reach: "
                     f"{exc}") from exc
         self.counter, self.until = counter, until
         self._stream = counter.stream if stream is None else stream
-        # The loop's condition is set by a kernel before the loop, so a
-        # counter already at its limit runs no pass.
-        self.cond = Condition(stream=self._stream)
+        self.cond: Condition | None = None
         self._block: ConditionalBlock | None = None
 
     def __enter__(self) -> "RepeatLoop":
+        if self.cond is not None:
+            raise ConditionalError(
+                "this ng.repeat loop was recorded already; each records once: call "
+                "ng.repeat(...) again for another loop")
         s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        # The loop's condition is set by a kernel before the loop, so a
+        # counter already at its limit runs no pass.
+        self.cond = Condition(stream=s)
         (_enter_below_scalar if scalar else _enter_below)[1, 1, s](
             self.counter, self.until, self.cond)
         block = while_loop(self.cond, stream=s)
@@ -293,10 +319,33 @@ def stop_when(cond: Condition, value: Any, *, below: Any = None, above: Any = No
     if (below is None) == (above is None):
         raise ValueError("ng.stop_when takes exactly one of below= and above=")
     limit = below if above is None else above
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Real):
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or math.isnan(limit):
         raise TypeError(f"ng.stop_when: the limit {limit!r} is not a number")
     if not isinstance(value, DeviceScalar) and not isinstance(value, _backend.DEVICE_ARRAY_TYPES):
         raise TypeError(
             f"ng.stop_when reads a DeviceScalar or a device array, not {type(value).__name__}")
+    home = cond.stream
+    if stream is not None and _backend.stream_handle(stream) != _backend.stream_handle(home):
+        raise ConditionalError(
+            f"ng.stop_when(stream={stream!r}): the Condition belongs to the capture on "
+            f"{home!r}; record the check there")
+    cond._live("ng.stop_when")
     kernel = _stop_below if above is None else _stop_above
-    kernel[1, 1, cond.stream if stream is None else stream](value, limit, cond)
+    read: Any = value
+    dtype = np.dtype(read.dtype)
+    kernel[1, 1, home](value, _typed_limit(dtype, limit), cond)
+
+
+def _typed_limit(dtype: np.dtype, limit: Any) -> Any:
+    """``limit`` in the value's dtype, so that the device compares as the
+    host would: an integer limit must be one the dtype holds."""
+    if dtype.kind == "f":
+        return dtype.type(limit)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if limit != math.floor(limit) or not info.min <= limit <= info.max:
+            raise TypeError(
+                f"ng.stop_when: the limit {limit!r} is not a {dtype.name} value; "
+                "compare an integer value with an integer limit it can hold")
+        return dtype.type(int(limit))
+    raise TypeError(f"ng.stop_when reads integers and floats, not {dtype.name}")

@@ -249,7 +249,7 @@ class DeviceScalar:
                 self._handle, "DeviceScalar.update() on the legacy default stream"
             )
             self._store(value)
-            self._warn_if_meant_for_a_capture(value)
+            self._warn_if_meant_for_a_capture(f"DeviceScalar.update({value!r})", self._stream)
         else:
             session.keep(self)
             _backend.scalar_store_recorded(self._dev, value, self._dtype, self._handle)
@@ -277,19 +277,19 @@ class DeviceScalar:
             _backend.synchronize(self._handle)
         return host[0].item()
 
-    def _warn_if_meant_for_a_capture(self, value: Any) -> None:
-        """An update that ran at once while this thread captures on another
-        stream: the graph being captured does not hold it."""
+    def _warn_if_meant_for_a_capture(self, operation: str, stream: Any) -> None:
+        """``operation`` on the scalar ran at once on ``stream`` while this
+        thread captures on another stream: the graph being captured does not
+        hold it."""
         me = threading.current_thread()
         mine = [s for s in _registry.active() if s.thread is me]
         if mine:
             warnings.warn(
-                f"DeviceScalar.update({value!r}) ran at once on {self._stream!r}, the "
-                f"scalar's stream, and is not recorded into the capture on "
-                f"{mine[0].stream!r} that this thread is making: replays of that "
-                "graph will not set it. To record it, make the scalar on the "
-                "capturing stream (ng.DeviceScalar(..., stream=s)); to update it "
-                "at once, do so outside the capture",
+                f"{operation} ran at once on {stream!r} and is not recorded into the "
+                f"capture on {mine[0].stream!r} that this thread is making: replays "
+                "of that graph will not do it. To record it, make the scalar on the "
+                "capturing stream (ng.DeviceScalar(..., stream=s)) or pass "
+                "stream=s; to run it at once, do so outside the capture",
                 CaptureWarning, stacklevel=3,
             )
 
@@ -301,6 +301,9 @@ class DeviceScalar:
         the graph (every pass of a loop, if recorded in its body) writes the
         value there, and the host reads ``into.value`` when it likes, with
         no synchronisation; the value read is the latest the GPU has written.
+        The copy is ordered after the scalar's updates only on the scalar's
+        own stream (the default). Run at once, it needs ``into`` kept alive
+        until it has run.
 
         Parameters
         ----------
@@ -335,14 +338,17 @@ class DeviceScalar:
                 f"read_async(): the HostScalar holds {into.dtype.name}, the DeviceScalar "
                 f"{self._dtype.name}; make a HostScalar of {self._dtype.name}")
         handle = self._handle if stream is None else _backend.stream_handle(stream)
+        session = _registry.on(handle) if _sessions else None
         if _sessions:
-            session = _registry.on(handle)
             if session is None:
                 guard_legacy_work(handle, "DeviceScalar.read_async() on the legacy default stream")
             else:
                 _registry.raise_if_invalidated(session)
                 session.keep((self, into))
         _backend.copy_to_host_async(into._host, self._dev, handle)
+        if _sessions and session is None:
+            self._warn_if_meant_for_a_capture(
+                "DeviceScalar.read_async()", self._stream if stream is None else stream)
 
     def inner(self):
         """The numba device array behind the scalar, shape ``(1,)``."""
@@ -398,7 +404,7 @@ class HostScalar:
                 + ", ".join(d.name for d in SCALAR_DTYPES))
         if _sessions:
             guard_allocation("ng.HostScalar() (pinned memory)")
-        self._host = cuda.pinned_array(1, dtype)
+        self._host = _backend.mapped_host_array(1, dtype)
         self._host[0] = 0
         self._dtype = dtype
 

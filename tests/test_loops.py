@@ -167,7 +167,100 @@ def test_bad_counters_steps_and_limits_are_refused(stream):
 def test_repeat_outside_a_capture_is_refused(stream):
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
     with pytest.raises(ng.ConditionalError):
-        ng.repeat(pos, until=3)
+        with ng.repeat(pos, until=3):
+            pass
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the simulator's NumPy
+def test_a_counter_that_wraps_around_ends_the_loop(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int8, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=127, by=2):
+            accumulate[1, 1, stream](total, one)
+    pos.update(120)
+    cap.graph.launch()     # 120 .. 126, then 126 + 2 wraps to -128: the loop ends
+    assert total.copy_to_host(stream=stream)[0] == 4
+    assert pos.value == -128
+
+
+def test_a_float_counter_too_large_to_move_ends_the_loop(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    t = ng.DeviceScalar(0.0, np.float32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    with ng.capture(stream) as cap:
+        with ng.repeat(t, until=2.0 ** 25, by=1.0):
+            accumulate[1, 1, stream](total, one)
+    t.update(2.0 ** 24)    # + 1.0 rounds back to 2**24
+    cap.graph.launch()
+    assert total.copy_to_host(stream=stream)[0] == 1
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"until": 10, "by": 0}, ng.ScalarValueError, "above zero"),
+    ({"until": 10, "by": -1}, ng.ScalarValueError, "above zero"),
+    ({"until": float("nan")}, ng.ScalarValueError, "NaN"),
+    ({"until": "ten"}, TypeError, "until"),
+])
+def test_loops_that_could_not_end_are_refused(stream, kwargs, error, match):
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    with pytest.raises(error, match=match):
+        ng.repeat(pos, **kwargs)
+
+
+def test_a_device_scalar_limit_of_another_dtype_is_refused(stream):
+    pos = ng.DeviceScalar(0, np.uint64, stream=stream)
+    with pytest.raises(ng.ScalarValueError, match="give until the counter's dtype"):
+        ng.repeat(pos, until=ng.DeviceScalar(5, np.int64, stream=stream))
+
+
+def test_a_loop_records_once_and_one_never_opened_leaves_no_trace(stream):
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream) as cap:
+        ng.repeat(pos, until=3)            # made, never opened: nothing recorded
+        loop = ng.repeat(pos, until=3)
+        with loop:
+            accumulate[1, 1, stream](total, one)
+        with pytest.raises(ng.ConditionalError, match="recorded already"):
+            with loop:
+                pass
+    assert cap.graph.num_nodes == 2        # the check before the loop, and the loop
+
+
+def test_work_on_a_counter_of_another_stream_warns_that_it_ran_at_once(stream, other_stream):
+    pos = ng.DeviceScalar(0, np.int32, stream=other_stream)
+    seen = ng.HostScalar(np.int32)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    total = zeros(1, stream)
+    accumulate[1, 1, stream](total, one)
+    with ng.capture(stream):
+        accumulate[1, 1, stream](total, one)
+        with pytest.warns(ng.CaptureWarning, match=r"ng.increment\(by=1\) ran at once"):
+            ng.increment(pos)
+        with pytest.warns(ng.CaptureWarning, match="read_async.. ran at once"):
+            pos.read_async(seen)
+
+
+def test_stop_when_refuses_another_stream_and_limits_the_value_cannot_hold(
+        stream, other_stream):
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    small = ng.DeviceScalar(0, np.int8, stream=stream)
+    with ng.capture(stream):
+        with ng.repeat(pos, until=3) as loop:
+            with pytest.raises(ng.ConditionalError, match="record the check there"):
+                ng.stop_when(loop.cond, pos, below=1, stream=other_stream)
+            with pytest.raises(TypeError, match="not a int8 value"):
+                ng.stop_when(loop.cond, small, above=1000)
+            with pytest.raises(TypeError, match="not a int32 value"):
+                ng.stop_when(loop.cond, pos, above=2.5)
 
 
 def test_a_limit_the_counter_cannot_hold_is_refused(stream):

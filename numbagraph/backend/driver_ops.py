@@ -129,3 +129,8 @@ def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     err, = cu.cuMemcpyDtoHAsync(host.ctypes.data, dev.device_ctypes_pointer.value,
                                 host.nbytes, handle)
     raise_for("cuMemcpyDtoHAsync", err)
+
+
+def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
+    """Page-locked host memory mapped into the device's address space."""
+    return cuda.mapped_array(size, dtype)

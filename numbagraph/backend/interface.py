@@ -252,6 +252,11 @@ class Backend(Protocol):
         """Enqueue "copy ``src`` into ``dst``" (device arrays of one size and
         dtype) on the stream: a copy node in a capture."""
 
+    def mapped_host_array(self, size: int, dtype: np.dtype) -> np.ndarray:
+        """``size`` elements of page-locked host memory mapped into the
+        device's address space: what a copy inside a conditional body may
+        write to."""
+
     def copy_to_host_async(self, host: np.ndarray, dev: Any, handle: int) -> None:
         """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same
         size) on the stream, without waiting: a copy node in a capture."""

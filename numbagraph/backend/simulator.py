@@ -453,6 +453,11 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     _record_or_run(handle, functools.partial(np.copyto, dst._ary, src._ary))
 
 
+def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
+    """Simulated device memory is host memory: an ordinary array."""
+    return np.zeros(size, dtype)
+
+
 def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     """Copy ``dev`` into ``host`` on the stream (recorded while it captures)."""
     _record_or_run(handle, functools.partial(np.copyto, host, dev._ary))
