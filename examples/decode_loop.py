@@ -255,11 +255,14 @@ def end_token(expected: np.ndarray) -> tuple[int, int]:
     in the second half of the decode and at no position before, so that a
     decode stopping at that token stops after ``t``."""
     picks = expected.argmax(axis=1)
-    scale = np.abs(expected).max()
+    margin = 1e-3 * np.abs(expected).max()
     for t in range(len(picks) // 2, len(picks)):
+        token = picks[t]
         top2 = np.sort(expected[t])[-2:]
-        if picks[t] not in picks[:t] and top2[1] - top2[0] > 1e-3 * scale:
-            return int(picks[t]), t
+        # A clear pick at t, and clearly not the pick anywhere before it.
+        behind = expected[:t].max(axis=1) - expected[:t, token]
+        if top2[1] - top2[0] > margin and (behind > margin).all():
+            return int(token), t
     return -1, len(picks) - 1          # no such token: the length ends the decode
 
 
