@@ -28,6 +28,17 @@ def accumulate(total, step):
         total[0] += step[0]
 
 
+@pytest.fixture
+def tally(stream):
+    """``(total, one)``: an int32 total at zero and a scalar 1, ``accumulate``
+    compiled outside any capture."""
+    total = zeros(1, stream)
+    one = ng.DeviceScalar(1, np.int32, stream=stream)
+    accumulate[1, 1, stream](total, one)
+    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
+    return total, one
+
+
 def zeros(n, stream, dtype=np.int32):
     return cuda.to_device(np.zeros(n, dtype), stream=stream)
 
@@ -86,25 +97,21 @@ def test_a_kernel_ends_the_loop_early_and_the_counter_says_where(stream):
     assert pos.value == 12
 
 
-def test_a_counter_already_at_its_limit_runs_no_pass(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_counter_already_at_its_limit_runs_no_pass(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         with ng.repeat(pos, until=3):
             accumulate[1, 1, stream](total, one)
     pos.update(3)
     cap.graph.launch()
-    assert total.copy_to_host(stream=stream)[0] == 1 and pos.value == 3
+    assert total.copy_to_host(stream=stream)[0] == 0 and pos.value == 3
 
 
-def test_a_device_scalar_limit_is_read_at_each_launch(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_device_scalar_limit_is_read_at_each_launch(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int64, stream=stream)
     limit = ng.DeviceScalar(4, np.int64, stream=stream)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         with ng.repeat(pos, until=limit):
             accumulate[1, 1, stream](total, one)
@@ -113,27 +120,23 @@ def test_a_device_scalar_limit_is_read_at_each_launch(stream):
     limit.update(10)
     pos.update(0)
     cap.graph.launch()
-    assert total.copy_to_host(stream=stream)[0] == 1 + 4 + 10
+    assert total.copy_to_host(stream=stream)[0] == 4 + 10
 
 
-def test_a_float_counter_steps_time_to_its_end(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_float_counter_steps_time_to_its_end(stream, tally):
+    total, one = tally
     t = ng.DeviceScalar(0.0, np.float64, stream=stream)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         with ng.repeat(t, until=1.0, by=0.125):
             accumulate[1, 1, stream](total, one)
     cap.graph.launch()
     assert t.value == 1.0
-    assert total.copy_to_host(stream=stream)[0] == 1 + 8
+    assert total.copy_to_host(stream=stream)[0] == 8
 
 
-def test_a_repeat_nests_inside_an_if_then(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_repeat_nests_inside_an_if_then(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
-    accumulate[1, 1, stream](total, one)
     for run, expected in ((1, 3), (0, 0)):
         total.copy_to_device(np.zeros(1, np.int32), stream=stream)
         with ng.capture(stream) as cap:
@@ -172,12 +175,9 @@ def test_repeat_outside_a_capture_is_refused(stream):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the simulator's NumPy
-def test_a_counter_that_wraps_around_ends_the_loop(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_counter_that_wraps_around_ends_the_loop(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int8, stream=stream)
-    accumulate[1, 1, stream](total, one)
-    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
     with ng.capture(stream) as cap:
         with ng.repeat(pos, until=127, by=2):
             accumulate[1, 1, stream](total, one)
@@ -187,12 +187,9 @@ def test_a_counter_that_wraps_around_ends_the_loop(stream):
     assert pos.value == -128
 
 
-def test_a_float_counter_too_large_to_move_ends_the_loop(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_float_counter_too_large_to_move_ends_the_loop(stream, tally):
+    total, one = tally
     t = ng.DeviceScalar(0.0, np.float32, stream=stream)
-    accumulate[1, 1, stream](total, one)
-    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
     with ng.capture(stream) as cap:
         with ng.repeat(t, until=2.0 ** 25, by=1.0):
             accumulate[1, 1, stream](total, one)
@@ -219,11 +216,9 @@ def test_a_device_scalar_limit_of_another_dtype_is_refused(stream):
         ng.repeat(pos, until=ng.DeviceScalar(5, np.int64, stream=stream))
 
 
-def test_a_loop_records_once_and_one_never_opened_leaves_no_trace(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_loop_records_once_and_one_never_opened_leaves_no_trace(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         ng.repeat(pos, until=3)            # made, never opened: nothing recorded
         loop = ng.repeat(pos, until=3)
@@ -290,12 +285,10 @@ def test_read_async_copies_into_a_host_scalar_in_stream_order(stream):
     assert seen.value == 41
 
 
-def test_a_recorded_read_shows_the_progress_of_a_loop_on_the_gpu(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_a_recorded_read_shows_the_progress_of_a_loop_on_the_gpu(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
     seen = ng.HostScalar(np.int32)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         with ng.repeat(pos, until=6):
             accumulate[1, 1, stream](total, one)
@@ -344,17 +337,14 @@ def test_stop_when_ends_a_loop_at_a_tolerance(stream):
     assert res.copy_to_host(stream=stream)[0] == 2.0 ** -10
 
 
-def test_stop_when_above_reads_a_device_scalar(stream):
-    total = zeros(1, stream)
-    one = ng.DeviceScalar(1, np.int32, stream=stream)
+def test_stop_when_above_reads_a_device_scalar(stream, tally):
+    total, one = tally
     pos = ng.DeviceScalar(0, np.int32, stream=stream)
-    accumulate[1, 1, stream](total, one)
     with ng.capture(stream) as cap:
         with ng.repeat(pos, until=50) as loop:
             ng.increment(one)                # 1, 2, 3, ... added each pass
             accumulate[1, 1, stream](total, one)
             ng.stop_when(loop.cond, one, above=4)
-    total.copy_to_device(np.zeros(1, np.int32), stream=stream)
     one.update(1)
     cap.graph.launch()
     assert total.copy_to_host(stream=stream)[0] == 2 + 3 + 4 + 5
