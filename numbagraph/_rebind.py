@@ -8,7 +8,7 @@ dtype, strides), so that every such offset exists in the new one.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +42,9 @@ def device_array_of(obj: Any) -> Any:
     anything with ``__cuda_array_interface__``), or None."""
     unwrap = _registry.device_wrappers.get(type(obj))
     if unwrap is not None:
-        dev = getattr(obj, "_dev", None)
-        return dev if dev is not None else None
+        # A DeviceScalar's array; a Condition holds none (and unwrapping one
+        # would mark it set).
+        return getattr(obj, "_dev", None)
     if isinstance(obj, _backend.DEVICE_ARRAY_TYPES):
         return obj
     if getattr(obj, "__cuda_array_interface__", None) is None:

@@ -381,15 +381,16 @@ class CapturedGraph:
         if res.spans is None:
             res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
         _rebind.check_held(res.spans, pairs, moves)
-        held = [any(m.start <= start < m.end for start, end, _ in res.spans if end > start)
-                for m in moves]
         for i, used in enumerate(plan.used):
-            if not used and held[i]:
+            if used:
+                continue
+            move = moves[i]
+            if any(move.start <= start < move.end for start, end, _ in res.spans if end > start):
                 raise RebindError(
                     f"rebind pair {i}: the graph was given this array, but no node of it "
                     "holds a pointer numbagraph can move; the graph is unchanged. "
                     "Capture the work again with the new arrays")
-            if not used and strict:
+            if strict:
                 raise RebindError(
                     f"rebind: the graph does not use the {type(pairs[i][0]).__name__} given "
                     f"as old array of pair {i} (no node points into its memory); "

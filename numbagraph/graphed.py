@@ -20,12 +20,13 @@ import numpy as np
 
 from . import _registry
 from ._rebind import device_array_of, span
-from .backend.interface import Move
 from ._registry import sessions as _captures
 from .backend import active as _backend
+from .backend.interface import Move
 from .capture import capture
 from .errors import AllocationInCaptureError, GraphedError, GraphedWarning
 from .graph import CapturedGraph
+from .scalar import DeviceScalar
 
 __all__ = ["graphed", "GraphedFunction", "GraphedCacheInfo"]
 
@@ -49,22 +50,21 @@ class GraphedCacheInfo(NamedTuple):
     """Graphs held at most, per stream."""
 
 
-# What a call's result is made of: None, ("arg", i), or a tuple/list of them.
+# What a call's result is made of: None, the position of an argument, or a
+# tuple or list of them.
 _Result = Any
 
 
 class _Entry:
-    """One captured signature: its graph, the arrays it holds now (by
+    """One captured signature: its graph, the values it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "launch", "bound", "spans", "arrays", "result", "pick")
+    __slots__ = ("graph", "launch", "bound", "spans", "result")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
-                 arrays: tuple[int, ...], result: _Result):
-        self.graph, self.launch, self.arrays, self.result = graph, graph.launch, arrays, result
-        # The position of the argument returned, when the result is one.
-        self.pick = result[1] if isinstance(result, tuple) and result[:1] == ("arg",) else None
-        self.bound = list(values)
+                 result: _Result):
+        self.graph, self.launch, self.result = graph, graph.launch, result
+        self.bound = values
         # Position -> (pointer, start, end) of each distinct array bound now.
         self.spans = spans
 
@@ -93,8 +93,8 @@ _VALUE = "value"
 def _signature_of(value: Any, name: str) -> tuple:
     """What a call's argument contributes to its signature."""
     kind = type(value)
-    if kind in _registry.device_wrappers and hasattr(value, "update"):
-        return ("scalar", kind, np.dtype(value.dtype).str)
+    if isinstance(value, DeviceScalar):
+        return ("scalar", kind, value.dtype.str)
     if isinstance(value, _backend.DEVICE_ARRAY_TYPES):
         dev: Any = value
         return ("array", kind, tuple(dev.shape), np.dtype(dev.dtype).str, tuple(dev.strides))
@@ -117,14 +117,14 @@ def _signature_of(value: Any, name: str) -> tuple:
     return (_VALUE, kind, value.hex() if kind is float else value)
 
 
-def _result_plan(result: Any, values: tuple, names: list[str]) -> _Result:
+def _result_plan(result: Any, values: tuple) -> _Result:
     if result is None:
         return None
     for i, value in enumerate(values):
         if result is value:
-            return ("arg", i)
+            return i
     if isinstance(result, (tuple, list)):
-        plan = [_result_plan(item, values, names) for item in result]
+        plan = [_result_plan(item, values) for item in result]
         return tuple(plan) if isinstance(result, tuple) else plan
     raise GraphedError(
         f"the function returned a {type(result).__name__} that is not one of its "
@@ -135,8 +135,8 @@ def _result_plan(result: Any, values: tuple, names: list[str]) -> _Result:
 def _result_of(plan: _Result, values: tuple) -> Any:
     if plan is None:
         return None
-    if isinstance(plan, tuple) and plan and plan[0] == "arg":
-        return values[plan[1]]
+    if type(plan) is int:
+        return values[plan]
     items = [_result_of(item, values) for item in plan]
     return tuple(items) if isinstance(plan, tuple) else items
 
@@ -155,6 +155,8 @@ def _same_plain(a: Any, b: Any) -> bool:
 
 def _value_of(sig: tuple) -> Any:
     return float.fromhex(sig[2]) if sig[1] is float else sig[2]
+
+
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
 
@@ -222,10 +224,9 @@ class GraphedFunction:
                 else:
                     cache.hits += 1
                     entry.launch()
-                    pick = entry.pick
-                    if pick is not None:
-                        return values[pick]
                     plan = entry.result
+                    if type(plan) is int:
+                        return values[plan]
                     return None if plan is None else _result_of(plan, values)
             return self._call(cache, stream, args, kwargs, keys, values)
 
@@ -269,8 +270,7 @@ class GraphedFunction:
                     moves.append(Move(start, end, new_ptr - ptr, dev))
             if moves:
                 entry.graph._move(pairs, moves, strict=False)
-                for i in entry.arrays:
-                    entry.bound[i] = values[i]
+                entry.bound = values
                 entry.spans = {i: span[:3] for i, span in spans.items()}
                 cache.rebinds += 1
             cache.hits += 1
@@ -310,8 +310,6 @@ class GraphedFunction:
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                  values: tuple, spans: dict[int, tuple], names: list[str]) -> _Entry:
-        if stream is None:
-            stream = self._stream
         try:
             with capture(stream) as cap:
                 result = self._fn(*args, **kwargs)
@@ -321,12 +319,11 @@ class GraphedFunction:
                 "the function, and pass it as an argument") from exc
         graph = cap.graph
         try:
-            plan = _result_plan(result, values, names)
+            plan = _result_plan(result, values)
         except GraphedError:
             graph.close()
             raise
-        arrays = tuple(i for i, s in enumerate(sig[:len(values)]) if s[0] != _VALUE)
-        entry = _Entry(graph, values, {i: span[:3] for i, span in spans.items()}, arrays, plan)
+        entry = _Entry(graph, values, {i: span[:3] for i, span in spans.items()}, plan)
         cache.entries[sig] = entry
         cache.warm.pop(sig, None)
         cache.captures += 1
