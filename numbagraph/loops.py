@@ -156,9 +156,10 @@ def increment(counter: DeviceScalar, by: Any = 1, *, stream: Any = None) -> None
 class RepeatLoop:
     """A loop recorded by [repeat][numbagraph.repeat]; open it with ``with``.
 
-    ``cond`` is the loop's [Condition][numbagraph.Condition]: a kernel of the
-    body given it ends the loop after the current pass with
-    ``ng.set_condition(cond, 0)``.
+    ``cond`` is the loop's [Condition][numbagraph.Condition], made when the
+    loop is opened (None before): a kernel of the body given it ends the loop
+    after the current pass with ``ng.set_condition(cond, 0)``. A loop is
+    opened once.
     """
 
     def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any):
