@@ -158,7 +158,10 @@ def main(systems: int = SYSTEMS, variables: int = VARIABLES, steps: int = STEPS)
     info = graphed_step.cache_info()
 
     assert np.array_equal(graphed_result, eager_result), "graphed and eager steps disagree"
-    np.testing.assert_allclose(eager_result, reference(y0, steps), rtol=1e-9, atol=1e-9)
+    # Lorenz-96 is chaotic: the GPU contracts a * b + c into one rounding
+    # (FMA) where NumPy rounds twice, and the flow amplifies that difference
+    # step by step, so the NumPy check is looser than the bit-for-bit one.
+    np.testing.assert_allclose(eager_result, reference(y0, steps), rtol=1e-5, atol=1e-5)
     assert info.captures == 1, f"captured {info.captures} times, expected once"
 
     # The cost of a rebind: the same calls with the buffers never swapped.

@@ -375,7 +375,7 @@ def test_the_stream_a_call_names_is_not_part_of_the_signature(buffers):
     s = cuda.stream()
     x = dev(np.zeros(8), s)
     for _ in range(3):
-        bump(x, stream=cuda.external_stream(s.handle) if ng.backend() == "cuda" else s)
+        bump(x, stream=cuda.external_stream(int(s.handle)) if ng.backend() == "cuda" else s)
     np.testing.assert_array_equal(host(x, s), np.full(8, 3.0))
     assert bump.cache_info().captures == 1
 
