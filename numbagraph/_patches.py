@@ -23,6 +23,7 @@ from typing import Any, Callable
 from numba import cuda
 
 from . import safety
+from ._graphmem import held as _held
 from ._registry import sessions as _sessions
 from ._registry import unsafe_call
 from .backend import active as _backend
@@ -37,13 +38,20 @@ _made: dict[tuple[int, str], list[tuple[Patch, Any]]] = {}
 
 def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        before, after = check.check, check.after
+        before, after, instead, memory = check.check, check.after, check.instead, check.memory
         in_kernel = _backend.in_kernel
 
-        # Hot path: with no capture in progress, one dict test, then numba.
+        # Hot path: with no capture in progress and no graph-owned memory,
+        # a list and a dict test, then numba.
         @functools.wraps(original)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if memory is not None and _held[0]:
+                memory(*args, **kwargs)
             if _sessions:
+                if instead is not None:
+                    made = instead(*args, **kwargs)
+                    if made is not None:
+                        return made
                 before(*args, **kwargs)
                 result = original(*args, **kwargs)
                 if after is not None:

@@ -8,6 +8,7 @@ dtype, strides), so that every such offset exists in the new one.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -60,12 +61,15 @@ def span(dev: Any) -> tuple[int, int, int]:
     """``(pointer, start, end)``: the address of the first element and the
     bytes ``[start, end)`` the array covers."""
     ptr = _backend.device_pointer(dev)
-    shape, dtype, strides = _layout(dev)
-    if any(n == 0 for n in shape):
-        return ptr, ptr, ptr
-    low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
-    return ptr, ptr + low, ptr + high + dtype.itemsize
+    low = high = 0
+    for n, stride in zip(dev.shape, dev.strides):
+        if n == 0:
+            return ptr, ptr, ptr
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return ptr, ptr + low, ptr + high + np.dtype(dev.dtype).itemsize
 
 
 def _describe(obj: Any) -> str:
@@ -89,6 +93,11 @@ def moves_for(pairs: list[tuple[Any, Any]]) -> list[Move]:
                 raise RebindError(
                     f"rebind pair {i}: the {side} is a {type(obj).__name__}, not a device "
                     "array, DeviceScalar or object with __cuda_array_interface__")
+            if _backend.graph_memory_of(dev) is not None:
+                raise RebindError(
+                    f"rebind pair {i}: the {side} is memory a graph allocated inside it, "
+                    "which exists only as that graph's and is made again at each of its "
+                    "launches; rebind only arrays made outside any capture")
         old_scalar = type(old) in _registry.device_wrappers
         if old_scalar != (type(new) in _registry.device_wrappers):
             raise RebindError(
@@ -146,25 +155,28 @@ def spans_of(keepalive: list) -> tuple[list, list[list]]:
     return list(rest.values()), list(spans.values())
 
 
-def rebind_spans(spans: list[list], keepalive: list, pairs: list[tuple[Any, Any]],
-                 moves: list[Move]) -> list:
-    """Point ``spans`` and the DeviceScalars in ``keepalive`` at the new
-    objects of ``pairs``, in place; returns the objects they held before."""
+def rebind_spans(held: list[tuple[list, int]], keepalive: list,
+                 pairs: list[tuple[Any, Any]], moves: list[Move]) -> list:
+    """Point the spans ``held`` (from :func:`check_held`) and the
+    DeviceScalars in ``keepalive`` at the new objects of ``pairs``, in place;
+    returns the objects they held before."""
     replaced = []
-    for entry in spans:
-        for (_, new), move in zip(pairs, moves):
-            if move.start <= entry[0] < move.end:
-                replaced.append(entry[2])
-                entry[0] += move.shift
-                entry[1] += move.shift
-                entry[2] = new
-                break
-    for i, value in enumerate(keepalive):
-        for old, new in pairs:
-            if value is old:
-                replaced.append(value)
-                keepalive[i] = new
-                break
+    for entry, i in held:
+        shift = moves[i].shift
+        replaced.append(entry[2])
+        entry[0] += shift
+        entry[1] += shift
+        entry[2] = pairs[i][1]
+    # Arrays are in spans; keepalive holds no array but a recorded scalar.
+    wrappers = _registry.device_wrappers
+    scalars = [pair for pair in pairs if type(pair[0]) in wrappers]
+    if scalars:
+        for i, value in enumerate(keepalive):
+            for old, new in scalars:
+                if value is old:
+                    replaced.append(value)
+                    keepalive[i] = new
+                    break
     return replaced
 
 
@@ -180,11 +192,16 @@ def _element_offset(offset: int, shape: tuple[int, ...], strides: tuple[int, ...
     return 0 <= offset < itemsize
 
 
-def check_held(spans: list[list], pairs: list[tuple[Any, Any]], moves: list[Move]) -> None:
-    """Refuse a rebinding that would move part of an array the graph uses:
-    one that starts inside an old array but reaches past its end, or lies
-    in the gaps of a strided old array."""
-    for start, end, obj in spans:
+def check_held(spans: list[list], pairs: list[tuple[Any, Any]],
+               moves: list[Move]) -> list[tuple[list, int]]:
+    """The spans each move holds, as ``(span, index of the move)``. Refuses a
+    rebinding that would move part of an array the graph uses: one that
+    starts inside an old array but reaches past its end, or lies in the gaps
+    of a strided old array."""
+    held = []
+    layouts: dict[int, tuple] = {}
+    for entry in spans:
+        start, end, obj = entry
         for i, move in enumerate(moves):
             if not move.start <= start < move.end:
                 continue
@@ -193,13 +210,19 @@ def check_held(spans: list[list], pairs: list[tuple[Any, Any]], moves: list[Move
                     f"rebind pair {i}: the graph uses {_describe(obj)}, which starts "
                     "inside the old array but reaches past its end; rebind the array "
                     "that holds it whole")
-            old = device_array_of(pairs[i][0])
-            shape, dtype, strides = _layout(old)
-            size = int(np.prod(shape)) * dtype.itemsize
-            if move.end - move.start != size and not _element_offset(
-                    start - move.start, shape, strides, dtype.itemsize):
+            held.append((entry, i))
+            if start == move.start:
+                break  # the first byte of the first element
+            layout = layouts.get(i)
+            if layout is None:
+                shape, dtype, strides = _layout(device_array_of(pairs[i][0]))
+                dense = move.end - move.start == math.prod(shape) * dtype.itemsize
+                layout = layouts[i] = (dense, shape, strides, dtype.itemsize)
+            dense, shape, strides, itemsize = layout
+            if not dense and not _element_offset(start - move.start, shape, strides, itemsize):
                 raise RebindError(
                     f"rebind pair {i}: the old array is strided, and the graph uses "
                     f"{_describe(obj)} in the gaps between its elements, which is not "
                     "part of it; rebind the array that holds both")
             break
+    return held

@@ -19,6 +19,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable
 
+from . import _graphmem
 from .backend import PER_THREAD_HANDLE
 from .backend import active as _backend
 from .backend import capture_key as key_of
@@ -42,7 +43,7 @@ class Session:
 
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
-        "_joins_legacy", "failure", "events", "restarts", "ending",
+        "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -67,6 +68,11 @@ class Session:
         # progress until the driver has ended it, so that every check still
         # sees it, and no other caller ends it too.
         self.ending = False
+        # The memory the capture allocates (a _graphmem.GraphMemory), made at
+        # its first allocation; and the innermost conditional block open in
+        # it, by name (None: the capture's own graph).
+        self.memory: Any = None
+        self.block: str | None = None
         self._joins_legacy: bool | None = None
         # Holds numba's frees until released by ended(): a free during a
         # capture would break it.
@@ -167,6 +173,9 @@ def ended(session: Session, *, locked: bool = False) -> None:
 def _leave(session: Session) -> None:
     if sessions.get(session.key) is session:
         del sessions[session.key]
+    memory = session.memory
+    if memory is not None and memory.phase == _graphmem.CAPTURING:
+        memory.end(_graphmem.DISCARDED)  # no graph: nothing was allocated
     # Under the lock, as the hold was taken: the count it lowers is shared.
     session.recording.release_frees()
 

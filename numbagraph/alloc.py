@@ -1,25 +1,32 @@
-"""Allocation helpers for outputs, made before a capture begins.
+"""Device arrays: made at once, or inside a capture as memory of its graph.
 
-A graph cannot allocate: every array its ops write must exist before the
-capture starts. These helpers make C-contiguous numba device arrays and
-follow numbagraph's one allocation rule (docs/capture.md): refused, with
-AllocationInCaptureError, on the thread of a "thread_local" or "global"
-capture and everywhere during a "global" one, before anything is allocated.
+Outside a capture these helpers make C-contiguous numba device arrays at
+once. Called on a thread that captures, for the capturing stream (or with
+no stream named), they record the allocation into the capture instead: the
+array is memory of the graph, which exists while the graph runs
+(docs/capture.md, "Graph-owned memory"). Any other allocation follows
+numbagraph's one allocation rule: refused, with AllocationInCaptureError,
+on the thread of a "thread_local" or "global" capture and everywhere during
+a "global" one, before anything is allocated.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import cuda
 
+from . import _registry
 from .backend import active as _backend
-from .capture import is_capturing
-from .errors import OpError
-from .safety import guard_allocation, guard_legacy_work
+from .errors import GraphMemoryError, OpError
+from .safety import (
+    graph_allocate, graph_allocation_session, guard_allocation, guard_legacy_work,
+)
 
-__all__ = ["empty", "zeros", "empty_like", "zeros_like"]
+__all__ = ["empty", "zeros", "empty_like", "zeros_like", "free", "graph_memory_info",
+           "trim_graph_memory", "GraphMemoryInfo"]
 
 Shape = int | tuple[int, ...]
 
@@ -34,6 +41,12 @@ def _shape(shape: Shape) -> tuple[int, ...]:
 def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """A new C-contiguous device array, uninitialised.
 
+    Inside a capture, on its thread, for the capturing stream or with no
+    stream named, the allocation is recorded into the capture: the array is
+    memory of the graph, which exists from the graph's first launch until
+    its next one (which makes it again), or until [free][numbagraph.free]
+    frees it inside the graph.
+
     Parameters
     ----------
     shape
@@ -41,7 +54,7 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     dtype
         Any NumPy dtype.
     stream
-        The stream the allocation is made for.
+        The stream the allocation is made for; 0 names none.
 
     Returns
     -------
@@ -54,11 +67,14 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
         ``shape`` is not a non-negative integer or a tuple of them.
     TypeError
         ``dtype`` is not a NumPy dtype, or ``stream`` is not a stream.
+    GraphMemoryError
+        Inside a conditional block's body, where CUDA records no allocation.
     AllocationInCaptureError
-        This thread may not allocate now: it runs a "thread_local" or
-        "global" capture, or any thread runs a "global" one, or ``stream``
-        captures outside numbagraph. Nothing is allocated, and the captures
-        that forbid it are ended.
+        An allocation for another stream where this thread may not allocate
+        now: it runs a "thread_local" or "global" capture, or any thread
+        runs a "global" one, or ``stream`` captures outside numbagraph; or
+        no stream named while this thread captures on several. Nothing is
+        allocated, and the captures that forbid it are ended.
 
     Examples
     --------
@@ -67,12 +83,19 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     ```
     """
     shape, dtype = _shape(shape), np.dtype(dtype)
-    guard_allocation("ng.empty()", _backend.stream_handle(stream))
+    handle = _backend.stream_handle(stream)
+    session = graph_allocation_session(handle, "ng.empty()")
+    if session is not None:
+        return graph_allocate(session, shape, dtype, stream, "ng.empty()")
+    guard_allocation("ng.empty()", handle)
     return cuda.device_array(shape, dtype, stream=stream)
 
 
 def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     """A new C-contiguous device array of zeros, filled on ``stream``.
+
+    Inside a capture, as [empty][numbagraph.empty], the array is memory of
+    the graph, and the graph zeroes it at every launch.
 
     Parameters
     ----------
@@ -81,7 +104,7 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     dtype
         Any NumPy dtype.
     stream
-        The stream the zeros are written on; not a capturing one.
+        The stream the zeros are written on; 0 names none.
 
     Returns
     -------
@@ -92,14 +115,12 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     ------
     OpError
         ``shape`` is not a non-negative integer or a tuple of them; or
-        ``stream`` captures, so the fill would be recorded into the graph
-        instead of run: pass another stream, or allocate with
-        [empty][numbagraph.empty] and record
-        [fill_into][numbagraph.fill_into] to zero it at every replay.
+        ``stream`` captures on another thread, so the fill would be recorded
+        into that capture instead of run.
     TypeError
         ``dtype`` is not a NumPy dtype, or ``stream`` is not a stream.
-    AllocationInCaptureError
-        As [empty][numbagraph.empty]: this thread may not allocate now.
+    GraphMemoryError, AllocationInCaptureError
+        As [empty][numbagraph.empty].
     ForeignStreamInCaptureError
         ``stream`` is the legacy default stream while a stream captures.
 
@@ -110,14 +131,18 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     ```
     """
     shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
+    session = graph_allocation_session(handle, "ng.zeros()")
+    if session is not None:
+        array = graph_allocate(session, shape, dtype, stream, "ng.zeros()")
+        _backend.memset_zero(array, session.handle)
+        return array
     guard_allocation("ng.zeros()", handle)
-    if is_capturing(stream):
+    if _backend.is_capturing(handle) if handle else False:
         raise OpError(
             f"ng.zeros(stream={stream!r}) cannot fill the array now: the stream "
-            "captures, so the fill would be recorded into the graph instead of "
-            "run. Pass another stream (the array is made at once), or allocate "
-            "with ng.empty and record ng.fill_into(out, 0, stream=s) to zero it "
-            "at every replay"
+            "captures on another thread, so the fill would be recorded into that "
+            "capture instead of run. Pass another stream, or call it on the "
+            "capturing thread, where the array becomes memory of the graph"
         )
     guard_legacy_work(handle, "ng.zeros() filling on the legacy default stream",
                       "pass stream= a stream from cuda.stream()")
@@ -155,8 +180,8 @@ def empty_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
     ------
     OpError
         ``a`` has no ``shape`` and ``dtype``.
-    AllocationInCaptureError
-        As [empty][numbagraph.empty]: this thread may not allocate now.
+    GraphMemoryError, AllocationInCaptureError
+        As [empty][numbagraph.empty].
 
     Examples
     --------
@@ -188,9 +213,10 @@ def zeros_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
     Raises
     ------
     OpError
-        ``a`` has no ``shape`` and ``dtype``, or ``stream`` captures.
-    AllocationInCaptureError
-        As [empty][numbagraph.empty]: this thread may not allocate now.
+        ``a`` has no ``shape`` and ``dtype``, or ``stream`` captures on
+        another thread.
+    GraphMemoryError, AllocationInCaptureError
+        As [empty][numbagraph.empty].
     ForeignStreamInCaptureError
         ``stream`` is the legacy default stream while a stream captures.
 
@@ -202,3 +228,123 @@ def zeros_like(a: Any, dtype: Any = None, *, stream: Any = 0) -> Any:
     """
     shape, own = _like(a)
     return zeros(shape, own if dtype is None else dtype, stream=stream)
+
+
+def free(array: Any) -> None:
+    """Free graph-owned memory inside the capture that allocated it, at this
+    point of the graph: later allocations of the graph may reuse the memory.
+
+    Frees nothing at once: the graph frees the memory each time it runs, in
+    the order of its capturing stream. From this point on the array may not
+    be used, by the capture's work or, after a replay, on the host. Outside
+    a capture (a function run as written before it is captured) it does
+    nothing: numba frees an array made at once when it is dropped.
+
+    Parameters
+    ----------
+    array
+        An array allocated in the capture running on this thread (by
+        [empty][numbagraph.empty] and its kin, or ``cuda.device_array``), as
+        returned, not a view of it.
+
+    Raises
+    ------
+    GraphMemoryError
+        Inside a capture: ``array`` is not memory this thread's capture
+        allocated (a graph's memory that it does not free is freed at its
+        next launch or when it is closed), is a view, was freed already, or the call is
+        inside a conditional block's body, where CUDA records no free.
+        Nothing is recorded.
+
+    Examples
+    --------
+    ```python
+    with ng.capture(s) as cap:
+        tmp = ng.empty(n, np.float32, stream=s)
+        ng.mul_into(x, 2.0, tmp, stream=s)
+        ng.add_into(tmp, y, out, stream=s)
+        ng.free(tmp)
+    ```
+    """
+    found = _backend.graph_memory_of(array)
+    if found is None:
+        me = threading.current_thread()
+        if not any(s.thread is me for s in _registry.active()):
+            return  # run as written, outside a capture: numba frees it when dropped
+        raise GraphMemoryError(
+            f"ng.free() inside a capture frees memory the capture allocated; this "
+            f"{type(array).__name__} is not graph memory (it was made outside the "
+            "capture), and a graph cannot free it. numba frees it when the last "
+            "reference to it is dropped")
+    allocation, output = found
+    memory = allocation.memory
+    session = next((s for s in _registry.active() if s.memory is memory), None)
+    if session is None or session.thread is not threading.current_thread():
+        raise GraphMemoryError(
+            f"ng.free(): {allocation.what} belongs to a graph whose capture is not "
+            "running on this thread; free it inside that capture. Memory a graph "
+            "does not free is freed at its next launch, and when it is closed")
+    made = allocation.array
+    if output is not None or made is None or made() is not array:
+        raise GraphMemoryError(
+            f"ng.free() takes the array the allocation returned, not a view or another "
+            f"array over it ({allocation.what}); pass that array")
+    if allocation.freed:
+        raise GraphMemoryError(f"ng.free(): {allocation.what} was freed already")
+    if session.block is not None:
+        raise GraphMemoryError(
+            f"ng.free() cannot free inside {session.block}: CUDA forbids memory nodes "
+            "in a conditional body. Free it after the block closes")
+    _backend.graph_free(session.handle, array, allocation)
+    allocation.freed = True
+
+
+class GraphMemoryInfo(NamedTuple):
+    """The current device's graph memory, in bytes (see
+    [graph_memory_info][numbagraph.graph_memory_info])."""
+
+    used: int
+    """Held by graphs' allocations now."""
+    used_high: int
+    """The most ever held at once."""
+    reserved: int
+    """Taken from the system for graph memory now, in use or not."""
+    reserved_high: int
+    """The most ever taken at once."""
+
+
+def graph_memory_info() -> GraphMemoryInfo:
+    """How much device memory graphs hold, on the current device.
+
+    Graphs launched into one stream never run at once, so the driver lets
+    them share physical memory: eight graphs that each allocate and free
+    256 MiB inside reserve about 256 MiB between them, not 2 GiB (on the
+    simulator, which shares nothing, reserved is the most held since the
+    last trim).
+
+    Returns
+    -------
+    GraphMemoryInfo
+        ``used``, ``used_high``, ``reserved``, ``reserved_high``.
+
+    Examples
+    --------
+    ```python
+    info = ng.graph_memory_info()
+    print(info.reserved / 2**20, "MiB reserved for graphs")
+    ```
+    """
+    return GraphMemoryInfo(*_backend.graph_memory_info())
+
+
+def trim_graph_memory() -> None:
+    """Give the graph memory no graph holds now back to the system.
+
+    Examples
+    --------
+    ```python
+    graph.close()
+    ng.trim_graph_memory()
+    ```
+    """
+    _backend.trim_graph_memory()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from . import _registry
+from . import _graphmem, _registry
 from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, sessions
 from .backend import active as _backend
 from .errors import (
@@ -262,6 +262,8 @@ def end_capture(stream: Any) -> CapturedGraph:
             # CUDA refuses to instantiate while another capture is active;
             # the graph then instantiates on first use.
             executable = session.recording.finish(instantiate=len(sessions) == 1)
+            if session.memory is not None:
+                session.memory.phase = _graphmem.CAPTURED
         except Exception as exc:
             failure = exc
             session.keepalive = []
@@ -280,7 +282,8 @@ def end_capture(stream: Any) -> CapturedGraph:
             f"the capture on {stream!r} failed and was discarded: {exc}. "
             "The stream is usable and a new capture may begin"
         ) from exc
-    graph = CapturedGraph(executable, session.stream, session.handle, session.keepalive)
+    graph = CapturedGraph(executable, session.stream, session.handle, session.keepalive,
+                          session.memory)
     if not session.keepalive and executable.num_nodes == 0:
         warnings.warn(
             f"the capture on {stream!r} recorded nothing: no kernel, op, copy or "

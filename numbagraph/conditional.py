@@ -452,6 +452,7 @@ class ConditionalBlock:
             self._name, c.cond if c.kind == "while" else None, c.node
         )
         blocks.stack.append(self._frame)
+        blocks.session.block = self._name
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
@@ -462,6 +463,7 @@ class ConditionalBlock:
         del blocks.stack[blocks.stack.index(frame):]
         if blocks.session is not None:
             blocks.session.restarts += 1
+            blocks.session.block = blocks.stack[-1].name if len(blocks.stack) > 1 else None
         if exc_type is not None or not blocks.alive():
             frame.node.abandon_branch(resume=blocks.alive())
             return False

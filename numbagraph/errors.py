@@ -27,6 +27,8 @@ __all__ = [
     "ConditionalError",
     "RebindError",
     "GraphedError",
+    "GraphMemoryError",
+    "StaleOutputError",
     "NumbagraphWarning",
     "CaptureWarning",
     "GraphedWarning",
@@ -133,6 +135,23 @@ class GraphedError(NumbagraphError, TypeError):
     """A [graphed][numbagraph.graphed.graphed] function was called or written in a way
     it cannot replay: an argument that cannot be part of a signature (not
     hashable), or a return value that is not one of its array arguments."""
+
+
+class GraphMemoryError(NumbagraphError, RuntimeError):
+    """An array a graph allocated was used where its memory does not exist:
+    before the graph's first launch, after ``ng.free`` freed it inside the
+    graph, after the graph was closed, outside the capture that allocates it
+    while that capture runs, or in another graph's capture. Also raised for
+    an allocation a capture cannot record (inside a conditional body) and
+    for ``ng.free`` of memory that is not the capture's to free. Nothing was
+    launched, copied or recorded."""
+
+
+class StaleOutputError(GraphMemoryError):
+    """An array returned by an earlier call of a
+    [graphed][numbagraph.graphed.graphed] function was used after a later
+    call launched the same graph again, which overwrote it. Copy the data
+    out (``ng.copy_into`` or ``copy_to_host``) before the next call."""
 
 
 class NumbagraphWarning(UserWarning):

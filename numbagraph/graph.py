@@ -7,7 +7,7 @@ import threading
 import warnings
 from typing import Any
 
-from . import _rebind, _registry
+from . import _graphmem, _rebind, _registry
 from ._registry import release_when_idle
 from ._registry import sessions as _captures
 from .backend import active as _backend
@@ -26,11 +26,13 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive", "spans", "launched")
+    __slots__ = ("executable", "keepalive", "spans", "launched", "memory")
 
-    def __init__(self, executable: Any, keepalive: list):
+    def __init__(self, executable: Any, keepalive: list, memory: Any = None):
         self.executable = executable
         self.keepalive = keepalive
+        # The memory the graph allocates (a _graphmem.GraphMemory), if any.
+        self.memory = memory
         # Once the graph is first rebound: the arrays its nodes use, as
         # [start, end, object], one per span (the rest stays in keepalive).
         self.spans: list[list] | None = None
@@ -47,11 +49,16 @@ class _Resources:
         executable, self.executable = self.executable, None
         keepalive, self.keepalive = self.arrays(), []
         self.spans = None
+        memory, owned = self.memory, []
+        if memory is not None and memory.phase == _graphmem.CAPTURED:
+            owned = memory.end(_graphmem.CLOSED)
         if executable is None and not keepalive:
             return
         # Destroying a graph or freeing what it used can break a capture in
         # progress (on any thread), so that waits for no capture to be active.
-        release_when_idle(functools.partial(_free, executable, keepalive, set(self.launched)))
+        release_when_idle(functools.partial(
+            _free, executable, keepalive, set(self.launched), owned,
+            None if memory is None else memory.stream))
 
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
@@ -65,13 +72,18 @@ class _Resources:
             return
 
 
-def _free(executable: Any, keepalive: list, launched: set[int]) -> None:
+def _free(executable: Any, keepalive: list, launched: set[int], owned: list = (),
+          last: int | None = None) -> None:
     """Destroy the executable (CUDA lets a running graph be destroyed: it
-    goes once its work ends) and drop the arrays it used. Replays may still
-    run: a memory manager whose frees do not wait for the device gets them
-    only once the streams the graph ran on have finished."""
+    goes once its work ends), free the graph-owned memory its last launch
+    (on the stream ``last``) left allocated, in that stream's order, and
+    drop the arrays it used. Replays may still run: a memory manager whose
+    frees do not wait for the device gets them only once the streams the
+    graph ran on have finished."""
     if executable is not None:
         executable.close()
+    if owned:
+        _backend.release_graph_memory(owned, last)
     if keepalive and launched and not _backend.frees_wait_for_device():
         for handle in launched:
             try:
@@ -79,6 +91,17 @@ def _free(executable: Any, keepalive: list, launched: set[int]) -> None:
             except Exception:  # noqa: BLE001  a destroyed stream has no work left
                 pass
     keepalive.clear()
+
+
+def _counting(launch: Any, memory: Any, handle: int) -> Any:
+    """``launch``, counting the launches of a graph that owns memory: its
+    memory exists from the first, and each makes it again."""
+    def counted() -> None:
+        launch()
+        memory.launches += 1
+        memory.stream = handle
+
+    return counted
 
 
 class _ClosedLaunchers(dict):
@@ -115,8 +138,9 @@ class CapturedGraph:
     ```
     """
 
-    def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list):
-        self._res = _Resources(executable, keepalive)
+    def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list,
+                 memory: Any = None):
+        self._res = _Resources(executable, keepalive, memory)
         self._stream = stream
         self._handle = handle
         self._launchers: dict[int, Any] = {}
@@ -193,7 +217,11 @@ class CapturedGraph:
         if launch is None:
             if handle != self._handle:
                 self._warn_if_scalars_unordered(stream)
-            launch = self._launchers[handle] = self._instantiated().launcher(handle)
+            launch = self._instantiated().launcher(handle)
+            memory = self._res.memory
+            if memory is not None:
+                launch = _counting(launch, memory, handle)
+            self._launchers[handle] = launch
             self._res.launched.add(handle)
         launch()
 
@@ -288,6 +316,12 @@ class CapturedGraph:
         """
         if not isinstance(other, CapturedGraph):
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
+        if self._owns_memory() or other._owns_memory():
+            raise NumbagraphError(
+                "graph update: a graph that allocates memory inside it cannot be "
+                "updated from another graph, or be the source of an update: each "
+                "graph's memory is its own, at addresses the other's nodes do not "
+                "hold. Capture a new graph, or rebind() the arrays made outside it")
         executable, source = self._instantiated(), other._executable()
         try:
             executable.update(source)
@@ -380,7 +414,7 @@ class CapturedGraph:
         res = self._res
         if res.spans is None:
             res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
-        _rebind.check_held(res.spans, pairs, moves)
+        held = _rebind.check_held(res.spans, pairs, moves)
         for i, used in enumerate(plan.used):
             if used:
                 continue
@@ -402,7 +436,7 @@ class CapturedGraph:
                 f"rebind: the driver refused to change the graph's nodes ({exc}); the "
                 "graph is unchanged. Capture the work again with the new arrays") from exc
         # The old arrays go once no capture runs, as a closed graph's do.
-        res.drop(_rebind.rebind_spans(res.spans, res.keepalive, pairs, moves))
+        res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is
@@ -417,6 +451,25 @@ class CapturedGraph:
     def closed(self) -> bool:
         """Whether the graph was closed."""
         return self._res.executable is None
+
+    def _owns_memory(self) -> bool:
+        memory = self._res.memory
+        return memory is not None and memory.nbytes > 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of device memory the graph allocates inside it (the arrays
+        made during its capture), whether freed inside it or not; 0 for a
+        graph that allocates nothing.
+
+        Raises
+        ------
+        GraphClosedError
+            The graph was closed.
+        """
+        self._executable()
+        memory = self._res.memory
+        return 0 if memory is None else memory.nbytes
 
     @property
     def num_nodes(self) -> int:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _registry
+from . import _graphmem, _registry
 from ._rebind import device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
@@ -65,21 +66,53 @@ class _Entry:
                  result: _Result):
         self.graph, self.launch, self.result = graph, graph.launch, result
         self.bound = values
-        # Position -> (pointer, start, end) of each distinct array bound now.
+        # Position -> (pointer, start, end, device array) of each distinct
+        # array bound now.
         self.spans = spans
+
+
+class _Seen:
+    """A recent call's values, for a later call given the same objects to
+    skip working out its signature: each array weakly (it may be freed
+    meanwhile, and its id reused), each plain value as it is; with that
+    signature and ``(position, pointer, start, end, device array)`` of each
+    distinct array, the device array weakly."""
+
+    __slots__ = ("keys", "held", "sig", "spans")
+
+    def __init__(self, values: tuple, keys: tuple, sig: tuple, spans: dict[int, tuple]):
+        self.keys, self.sig = keys, sig
+        self.held: tuple[tuple[Any] | weakref.ref[Any], ...] = tuple(
+            (value,) if s[0] == _VALUE else weakref.ref(value) for value, s in zip(values, sig))
+        self.spans = tuple((i, ptr, start, end, weakref.ref(dev))
+                           for i, (ptr, start, end, dev) in spans.items())
+
+    def spans_of(self, values: tuple, keys: tuple) -> dict[int, tuple] | None:
+        """The spans of the call's arrays, if ``values`` are this call's."""
+        if keys != self.keys or len(values) != len(self.held):
+            return None
+        for held, value in zip(self.held, values):
+            if isinstance(held, tuple):
+                if held[0] is not value and not _same_plain(held[0], value):
+                    return None
+            elif held() is not value:
+                return None
+        return {i: (ptr, start, end, dev()) for i, ptr, start, end, dev in self.spans}
 
 
 class _Cache:
     """The graphs of one stream, least recently used first, and the calls
     made on it; one call at a time."""
 
-    __slots__ = ("lock", "entries", "warm", "last_values", "last_keys", "last_entry",
+    __slots__ = ("lock", "entries", "warm", "seen", "last_values", "last_keys", "last_entry",
                  "last_sig", "hits", "captures", "rebinds", "evictions", "eager")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self.warm: dict[tuple, int] = {}
+        # The latest calls whose signatures were worked out, latest first.
+        self.seen: list[_Seen] = []
         self.last_values: tuple | None = None
         self.last_keys: tuple = ()
         self.last_entry: _Entry | None = None
@@ -90,8 +123,13 @@ class _Cache:
 _VALUE = "value"
 
 
-def _signature_of(value: Any, name: str) -> tuple:
-    """What a call's argument contributes to its signature."""
+def _name_of(position: int, nargs: int, keys: tuple) -> str:
+    """How errors name the value at ``position`` among a call's values."""
+    return f"{position}" if position < nargs else repr(keys[position - nargs])
+
+
+def _signature_of(value: Any, position: int, nargs: int, keys: tuple) -> tuple:
+    """What a call's value at ``position`` contributes to its signature."""
     kind = type(value)
     if isinstance(value, DeviceScalar):
         return ("scalar", kind, value.dtype.str)
@@ -104,32 +142,57 @@ def _signature_of(value: Any, name: str) -> tuple:
                 tuple(interface.get("strides") or ()))
     if isinstance(value, np.ndarray):
         raise GraphedError(
-            f"argument {name} is a host (NumPy) array; a graph reads device memory. "
+            f"argument {_name_of(position, nargs, keys)} is a host (NumPy) array; a graph "
+            "reads device memory. "
             "Copy it to the device once (cuda.to_device) and pass the device array")
     try:
         hash(value)
     except TypeError:
         raise GraphedError(
-            f"argument {name} ({kind.__name__}) is not hashable, so it cannot be part "
+            f"argument {_name_of(position, nargs, keys)} ({kind.__name__}) is not "
+            "hashable, so it cannot be part "
             "of a call's signature; pass a value that changes per call in a "
             "DeviceScalar, and data in a device array") from None
     # A float is known by its bits: -0.0 is not 0.0, and a NaN is itself.
     return (_VALUE, kind, value.hex() if kind is float else value)
 
 
-def _result_plan(result: Any, values: tuple) -> _Result:
+class _Made:
+    """A result the function allocated inside its capture: each call returns
+    a new array over its memory, valid until the graph is launched again."""
+
+    __slots__ = ("array", "allocation", "memory", "name")
+
+    def __init__(self, array: Any, allocation: Any, name: str):
+        self.array, self.allocation, self.name = array, allocation, name
+        self.memory = allocation.memory
+
+    def made(self) -> Any:
+        memory = self.memory
+        label = f"call {memory.launches} of {self.name}() with this signature"
+        if memory.callers.get(memory.launches) != label:
+            memory.called(label)
+        return _backend.graph_output(self.array, self.allocation,
+                                     _graphmem.Output(memory.launches, label))
+
+
+def _result_plan(result: Any, values: tuple, memory: Any, name: str) -> _Result:
     if result is None:
         return None
     for i, value in enumerate(values):
         if result is value:
             return i
     if isinstance(result, (tuple, list)):
-        plan = [_result_plan(item, values) for item in result]
+        plan = [_result_plan(item, values, memory, name) for item in result]
         return tuple(plan) if isinstance(result, tuple) else plan
+    found = _backend.graph_memory_of(result)
+    if found is not None and found[0].memory is memory and not found[0].freed:
+        return _Made(result, found[0], name)
     raise GraphedError(
-        f"the function returned a {type(result).__name__} that is not one of its "
-        "arguments; a graphed function may return its array arguments (or a tuple "
-        "of them) or None, since a replay makes no new object")
+        f"the function returned a {type(result).__name__} that is neither one of its "
+        "arguments nor an array it allocated (and did not free); a graphed function "
+        "returns its array arguments, arrays it allocates inside (new ones at each "
+        "call), tuples or lists of them, or None")
 
 
 def _result_of(plan: _Result, values: tuple) -> Any:
@@ -137,6 +200,8 @@ def _result_of(plan: _Result, values: tuple) -> Any:
         return None
     if type(plan) is int:
         return values[plan]
+    if type(plan) is _Made:
+        return plan.made()
     items = [_result_of(item, values) for item in plan]
     return tuple(items) if isinstance(plan, tuple) else items
 
@@ -156,6 +221,13 @@ def _same_plain(a: Any, b: Any) -> bool:
 def _value_of(sig: tuple) -> Any:
     return float.fromhex(sig[2]) if sig[1] is float else sig[2]
 
+
+# The types whose layout and memory never change, so that what a call
+# learns of one holds for its life.
+_FIXED = frozenset((*_backend.DEVICE_ARRAY_TYPES, DeviceScalar))
+# Calls remembered per stream: enough for arrays that take turns (a ping-
+# pong, a rotation of a few buffers).
+_SEEN = 4
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
@@ -240,14 +312,12 @@ class GraphedFunction:
 
     def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict, keys: tuple,
               values: tuple) -> Any:
-        names = [f"{i}" for i in range(len(args))] + [repr(k) for k in keys]
-        sig = tuple(_signature_of(v, n) for v, n in zip(values, names))
-        shared, spans = self._aliases(values, sig, names)
-        sig += (keys, shared)
+        sig, spans = self._signature(cache, values, len(args), keys)
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
         if entry is None:
+            names = [_name_of(i, len(args), keys) for i in range(len(values))]
             self._warn_if_values_change(cache.last_sig, sig, names)
             cache.last_sig = sig
             done = cache.warm.get(sig, 0)
@@ -263,15 +333,17 @@ class GraphedFunction:
             # Same signature: same layouts and sharing, so each array moves
             # as a whole to the one in its place.
             pairs, moves = [], []
-            for i, (ptr, start, end) in entry.spans.items():
-                if entry.bound[i] is not values[i]:
-                    new_ptr, dev = spans[i][0], spans[i][3]
-                    pairs.append((entry.bound[i], values[i]))
-                    moves.append(Move(start, end, new_ptr - ptr, dev))
+            bound = entry.bound
+            for i, (ptr, start, end, _) in entry.spans.items():
+                old, new = bound[i], values[i]
+                if old is not new:
+                    new_span = spans[i]
+                    pairs.append((old, new))
+                    moves.append(Move(start, end, new_span[0] - ptr, new_span[3]))
             if moves:
                 entry.graph._move(pairs, moves, strict=False)
                 entry.bound = values
-                entry.spans = {i: span[:3] for i, span in spans.items()}
+                entry.spans = spans
                 cache.rebinds += 1
             cache.hits += 1
         entry.graph.launch()
@@ -280,33 +352,51 @@ class GraphedFunction:
         return _result_of(entry.result, values)
 
     @staticmethod
-    def _aliases(values: tuple, sig: tuple, names: list[str]) -> tuple[tuple, dict[int, tuple]]:
-        """Which array arguments are the same object (part of the signature:
-        the graph was recorded with them shared), and ``(pointer, start,
-        end, device array)`` of each distinct one by its first position.
-        Distinct arrays that share memory are refused: a rebinding moves
-        each array's memory alone."""
+    def _signature(cache: _Cache, values: tuple, nargs: int,
+                   keys: tuple) -> tuple[tuple, dict[int, tuple]]:
+        """A call's signature, and ``(pointer, start, end, device array)`` of
+        each distinct array by its first position. The signature ends with
+        the keywords and which array arguments are the same object (the
+        graph was recorded with them shared). Distinct arrays that share
+        memory are refused: a rebinding moves each array's memory alone.
+
+        A call with the objects of one of the latest calls has that call's
+        signature and spans, as long as its arrays are of types whose layout
+        and memory are fixed for their life."""
+        for seen in cache.seen:
+            spans = seen.spans_of(values, keys)
+            if spans is not None:
+                return seen.sig, spans
+        sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
         first: dict[int, int] = {}
-        spans: dict[int, tuple] = {}
+        spans = {}
         shared = []
-        for i, s in enumerate(sig[:len(values)]):
+        fixed = True
+        for i, s in enumerate(sig):
             if s[0] == _VALUE:
                 continue
-            j = first.setdefault(id(values[i]), i)
+            value = values[i]
+            j = first.setdefault(id(value), i)
             shared.append(j)
             if j == i:
-                dev = device_array_of(values[i])
+                dev = device_array_of(value)
                 spans[i] = (*span(dev), dev)
+                fixed = fixed and type(value) in _FIXED
         if len(spans) > 1:
             ordered = sorted((s[1], s[2], i) for i, s in spans.items() if s[2] > s[1])
             for (_, end, i), (start, _, k) in zip(ordered, ordered[1:]):
                 if start < end:
                     raise GraphedError(
-                        f"arguments {names[min(i, k)]} and {names[max(i, k)]} are different "
-                        "arrays over the same memory; a graphed function rebinds each "
-                        "argument on its own. Pass the array once and take its views "
-                        "inside the function")
-        return tuple(shared), spans
+                        f"arguments {_name_of(min(i, k), nargs, keys)} and "
+                        f"{_name_of(max(i, k), nargs, keys)} are different arrays over "
+                        "the same memory; a graphed function rebinds each argument on "
+                        "its own. Pass the array once and take its views inside the "
+                        "function")
+        sig += (keys, tuple(shared))
+        if fixed:
+            cache.seen.insert(0, _Seen(values, keys, sig, spans))
+            del cache.seen[_SEEN:]
+        return sig, spans
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                  values: tuple, spans: dict[int, tuple], names: list[str]) -> _Entry:
@@ -319,11 +409,11 @@ class GraphedFunction:
                 "the function, and pass it as an argument") from exc
         graph = cap.graph
         try:
-            plan = _result_plan(result, values)
+            plan = _result_plan(result, values, graph._res.memory, self._name)
         except GraphedError:
             graph.close()
             raise
-        entry = _Entry(graph, values, {i: span[:3] for i, span in spans.items()}, plan)
+        entry = _Entry(graph, values, spans, plan)
         cache.entries[sig] = entry
         cache.warm.pop(sig, None)
         cache.captures += 1

@@ -37,7 +37,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from numba.cuda.args import ArgHint
 
-from . import _registry
+from . import _graphmem, _registry
 from ._registry import (
     LEGACY_DEFAULT_HANDLES, PER_THREAD_HANDLE, consequence, invalidate, key_of, raise_if_invalidated,
 )
@@ -45,6 +45,7 @@ from .backend import active as _backend
 from .errors import (
     AllocationInCaptureError,
     ConditionalError,
+    GraphMemoryError,
     ForeignStreamInCaptureError,
     HostArrayInCaptureError,
     HostCopyInCaptureError,
@@ -56,6 +57,9 @@ __all__ = [
     "on_launch",
     "allocation_allowed",
     "guard_allocation",
+    "graph_allocation_session",
+    "graph_allocate",
+    "check_graph_memory",
     "guard_legacy_work",
     "guard_device_copy",
     "guard_host_wait",
@@ -161,10 +165,12 @@ _ALLOCATION_WHY = (
     "the memory would not be there when the graph replays; CUDA forbids it {}"
 )
 _ALLOCATION_INSTEAD = (
-    "allocate every array, and create every DeviceScalar, before the capture "
-    "begins and reuse them in the captured work (write results into "
-    "preallocated outputs); a capture with mode='relaxed' lets the allocation "
-    "run once, outside the graph"
+    "allocate device arrays for the capturing stream inside the capture "
+    "(ng.empty(shape, dtype, stream=s), or cuda.device_array on the capturing "
+    "thread), which makes them memory of the graph; or allocate them, and "
+    "create every DeviceScalar, before the capture begins and reuse them in "
+    "the captured work. A capture with mode='relaxed' lets an allocation for "
+    "another stream run once, outside the graph"
 )
 
 
@@ -192,25 +198,104 @@ def allocation_allowed(handle: int | None = None) -> bool:
     return not _foreign_capture(handle)
 
 
-def guard_allocation(operation: str, handle: int | None = None, how: str = "") -> None:
+def guard_allocation(operation: str, handle: int | None = None, how: str = "",
+                     instead: str = _ALLOCATION_INSTEAD) -> None:
     """Refuse ``operation``, which allocates (for the stream ``handle``, if
     given), where the allocation rule forbids it: raises
     AllocationInCaptureError and ends the captures that forbid it. ``how``,
-    if given, says how the operation comes to allocate."""
+    if given, says how the operation comes to allocate; ``instead``
+    replaces the advice given."""
     blockers = _thread_blockers() if _sessions else []
     if blockers:
         _refuse(
             AllocationInCaptureError, operation, blockers,
-            how + _ALLOCATION_WHY.format(_mode_clause(blockers)),
-            _ALLOCATION_INSTEAD,
+            how + _ALLOCATION_WHY.format(_mode_clause(blockers)), instead,
         )
     if _foreign_capture(handle):
         raise AllocationInCaptureError(
             f"{operation} cannot run while its stream captures, in a capture begun "
             "outside numbagraph: " + how + _ALLOCATION_WHY.format(
                 "during captures in mode 'global' or 'thread_local'")
-            + f". Instead, {_ALLOCATION_INSTEAD}"
+            + f". Instead, {instead}"
         )
+
+
+# ---------------------------------------------------------------- graph memory
+
+# An allocation for the stream a thread captures on, or for no stream named
+# while the thread captures on one stream, is recorded into that capture: it
+# is memory of the graph (numbagraph._graphmem), in every capture mode. Any
+# other allocation follows the allocation rule above.
+
+def graph_allocation_session(handle: int | None, operation: str) -> Any:
+    """The capture an allocation for the stream ``handle`` (None or 0: no
+    stream named) is recorded into, or None when it is not recorded."""
+    if not _sessions:
+        return None
+    me = threading.current_thread()
+    if handle:
+        session = _registry.on(handle)
+        if session is None or session.thread is not me or session.ending:
+            return None
+        mine = [session]
+    else:
+        mine = [s for s in _registry.active() if s.thread is me and not s.ending]
+        if len(mine) > 1:
+            raise AllocationInCaptureError(
+                f"{operation} names no stream, and this thread captures on "
+                f"{', '.join(repr(s.stream) for s in mine)}: name the stream whose "
+                "graph owns the array, stream=s")
+        if not mine:
+            return None
+    _registry.raise_if_invalidated(mine[0])
+    return mine[0]
+
+
+def graph_allocate(session: Any, shape: tuple[int, ...], dtype: np.dtype, stream: Any,
+                   operation: str) -> Any:
+    """A C-contiguous device array of ``shape`` and ``dtype``, allocated by
+    the capture ``session`` as memory of its graph, for ``stream`` (the
+    capturing stream's numba stream when 0)."""
+    if session.block is not None:
+        raise GraphMemoryError(
+            f"{operation} cannot allocate inside {session.block}: CUDA forbids "
+            "memory nodes in a conditional body. Allocate in the capture before "
+            "opening the block (or before the capture); nothing was allocated")
+    memory = session.memory
+    if memory is None:
+        memory = session.memory = _graphmem.GraphMemory(repr(session.stream))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    what = f"the {dtype} array of shape {shape} that {operation} allocated"
+    allocation = _graphmem.Allocation(memory, max(nbytes, 1), what)
+    if not stream and isinstance(session.stream, _backend.STREAM_TYPE):
+        stream = session.stream
+    dev = _backend.graph_allocate(session.handle, shape, dtype, stream, allocation)
+    allocation.array = weakref.ref(dev)
+    memory.add(allocation)
+    return dev
+
+
+def check_graph_memory(values: Any, handle: int | None, operation: str,
+                       host: bool = False) -> None:
+    """Refuse ``operation`` when one of ``values`` is graph-owned memory that
+    does not exist for it: work enqueued on the stream ``handle`` (recorded
+    if it captures), or, with ``host``, a host access. Call only while
+    ``_graphmem.held[0]``."""
+    memory_of = _backend.graph_memory_of
+    session = None
+    if _sessions and not host and handle is not None:
+        session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
+    for value in values:
+        found = memory_of(value)
+        if found is None:
+            continue
+        refused = _graphmem.problem(found[0], found[1], session, host)
+        if refused is not None:
+            cls, why = refused
+            raise cls(f"{operation}: {why}")
+
+
+_held = _graphmem.held
 
 
 # ---------------------------------------------------------------- checks
@@ -531,6 +616,8 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
             check = True
         if kind in wrappers:
             wrapped = True
+    if _held[0]:
+        check_graph_memory(args, handle, f"launching {_kernel_name(kernel)}")
     if _sessions:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
         if (check or handle in LEGACY_DEFAULT_HANDLES
@@ -637,7 +724,12 @@ def guard_instantiation() -> None:
 class Check(NamedTuple):
     """How one of numba's entry points is checked while a capture is in
     progress: ``check(*args, **kwargs)`` before the call, which raises to
-    refuse it, and ``after(*args, **kwargs)`` once it has run."""
+    refuse it, and ``after(*args, **kwargs)`` once it has run.
+    ``instead(*args, **kwargs)``, when given, runs first and returns what
+    the call returns in its place (None: the call runs as checked).
+    ``memory(*args, **kwargs)``, when given, runs before the call whenever
+    graph-owned memory exists, in a capture or not, and raises to refuse a
+    use of such memory where it does not exist."""
 
     check: Callable[..., None]
     why: str
@@ -645,22 +737,91 @@ class Check(NamedTuple):
     # A call CUDA forbids on every thread during a "global" capture: counted
     # while in flight (see _registry.unsafe_call).
     unsafe: bool = True
+    instead: Callable[..., Any] | None = None
+    memory: Callable[..., None] | None = None
 
 
 _ALLOCATES = "refused where a capture forbids allocation"
+
+
+def _graph_device_array(shape: Any, dtype: Any = np.float64, strides: Any = None,
+                        order: str = "C", stream: Any = 0) -> Any:
+    """cuda.device_array, recorded into this thread's capture when it is
+    made for the capturing stream (or no stream); None to let numba make it."""
+    operation = "cuda.device_array()"
+    session = graph_allocation_session(_handle(stream), operation)
+    if session is None:
+        return None
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if strides is not None or order != "C":
+        raise GraphMemoryError(
+            f"{operation} inside a capture makes C-contiguous arrays only, with no "
+            "strides given; allocate it with order='C' and take a transposed view")
+    return graph_allocate(session, tuple(int(d) for d in shape), np.dtype(dtype), stream,
+                          operation)
+
+
+def _graph_device_array_like(ary: Any, stream: Any = 0) -> Any:
+    operation = "cuda.device_array_like()"
+    session = graph_allocation_session(_handle(stream), operation)
+    if session is None:
+        return None
+    return graph_allocate(session, tuple(ary.shape), np.dtype(ary.dtype), stream, operation)
+
+
+def _memory_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> None:
+    if to is None:
+        return
+    if _is_device(obj):
+        check_graph_memory((to, obj), _handle(stream), "cuda.to_device(to=...)")
+    else:
+        check_graph_memory((to,), None, "cuda.to_device(to=...) from the host", host=True)
+
+
+def _memory_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> None:
+    check_graph_memory((self,), None, "copy_to_host()", host=True)
+
+
+def _memory_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
+    if _is_device(ary):
+        check_graph_memory((self, ary), _array_handle(self, stream),
+                           "copy_to_device() between device arrays")
+    else:
+        check_graph_memory((self,), None, "copy_to_device() from the host", host=True)
+
+
+def _memory_getitem(self: Any, item: Any, stream: Any = 0) -> None:
+    if not _backend.in_kernel() and _selects_element(self, item):
+        check_graph_memory((self,), None, "reading an element of a device array (x[i])",
+                           host=True)
+
+
+def _memory_setitem(self: Any, key: Any, value: Any, stream: Any = 0) -> None:
+    if not _backend.in_kernel():
+        check_graph_memory((self, value), None, "assigning into a device array (x[...] = v)",
+                           host=True)
+
 
 CHECKS: dict[str, dict[str, Check]] = {
     # numba.cuda's functions
     "function": {
         "to_device": Check(_check_to_device, "refused where it would allocate or copy "
-                                             "from the host into a capture"),
+                                             "from the host into a capture",
+                           memory=_memory_to_device),
         "synchronize": Check(_check_device_synchronize,
                              "refused while any capture runs: it waits on capturing streams"),
+        "device_array": Check(
+            _check_allocation("cuda.device_array()"),
+            "made for the capturing stream on its thread, memory of the graph; "
+            "elsewhere " + _ALLOCATES, instead=_graph_device_array),
+        "device_array_like": Check(
+            _check_allocation("cuda.device_array_like()"),
+            "made for the capturing stream on its thread, memory of the graph; "
+            "elsewhere " + _ALLOCATES, instead=_graph_device_array_like),
         **{
             name: Check(_check_allocation(f"cuda.{name}()"), _ALLOCATES)
             for name in (
-                "device_array", "device_array_like", "pinned_array",
-                "pinned_array_like", "mapped_array", "mapped_array_like",
+                "pinned_array", "pinned_array_like", "mapped_array", "mapped_array_like",
                 "managed_array", "pinned", "mapped",
             )
         },
@@ -668,12 +829,16 @@ CHECKS: dict[str, dict[str, Check]] = {
     # methods of numba's device array classes
     "array": {
         "copy_to_host": Check(_check_copy_to_host, "refused on a capturing stream, "
-                                                   "where it would copy nothing now"),
+                                                   "where it would copy nothing now",
+                              memory=_memory_copy_to_host),
         "copy_to_device": Check(_check_copy_to_device, "a host copy is refused on a "
-                                "capturing stream; a device copy is kept with the graph"),
-        **{name: Check(_check_getitem, "reading an element copies it to the host")
+                                "capturing stream; a device copy is kept with the graph",
+                                memory=_memory_copy_to_device),
+        **{name: Check(_check_getitem, "reading an element copies it to the host",
+                       memory=_memory_getitem)
            for name in ("__getitem__", "getitem")},
-        **{name: Check(_check_setitem, "assigning from the host copies and allocates")
+        **{name: Check(_check_setitem, "assigning from the host copies and allocates",
+                       memory=_memory_setitem)
            for name in ("__setitem__", "setitem")},
     },
     # methods of numba's stream class

@@ -13,7 +13,7 @@ PACKAGE = ROOT / "numbagraph"
 # Lowest first; a module may import from its own layer or a lower one.
 LAYERS = [
     ("errors", "backend"),
-    ("_registry",),
+    ("_registry", "_graphmem"),
     ("safety",),
     ("_patches", "graph", "_rebind"),
     ("capture",),

@@ -10,8 +10,8 @@ from numbagraph.backend import active, interface
 
 BACKEND_DIR = pathlib.Path(interface.__file__).parent
 BACKENDS = {
-    "cuda": ("driver", "driver_conditional", "driver_ops"),
-    "simulator": ("simulator", "simulator_conditional", "simulator_ops"),
+    "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory"),
+    "simulator": ("simulator", "simulator_conditional", "simulator_ops", "simulator_memory"),
 }
 
 

@@ -101,9 +101,9 @@ OPS = [
        ng.AllocationInCaptureError, None, "cuda.to_device()"),
     Op("to_device_on_capturing_stream", lambda e: cuda.to_device(_host(), stream=e.s),
        ng.AllocationInCaptureError, ng.HostCopyInCaptureError, "cuda.to_device()"),
-    Op("device_array", lambda e: cuda.device_array(4),
+    Op("device_array", lambda e: cuda.device_array(4, stream=e.other),
        ng.AllocationInCaptureError, None, "cuda.device_array()"),
-    Op("device_array_like", lambda e: cuda.device_array_like(e.x),
+    Op("device_array_like", lambda e: cuda.device_array_like(e.x, stream=e.other),
        ng.AllocationInCaptureError, None, "cuda.device_array_like()"),
     Op("pinned_array", lambda e: cuda.pinned_array(4),
        ng.AllocationInCaptureError, None, "cuda.pinned_array()"),
@@ -225,7 +225,7 @@ def test_message_names_the_operation_why_and_what_instead(env, op):
 def test_refused_operation_propagates_unchanged_from_the_with_block(env):
     with pytest.raises(ng.AllocationInCaptureError) as refused:
         with ng.capture(env.s) as cap:
-            cuda.device_array(4)
+            cuda.device_array(4, stream=env.other)
     assert isinstance(refused.value, ng.UncapturableOperationError)
     assert isinstance(refused.value, ng.NumbagraphError)
     with pytest.raises(ng.CaptureError, match="once the `with"):
@@ -236,7 +236,7 @@ def test_catching_the_error_inside_the_block_still_yields_no_graph(env):
     with pytest.raises(ng.CaptureInvalidatedError, match="device_array"):
         with ng.capture(env.s):
             with pytest.raises(ng.AllocationInCaptureError):
-                cuda.device_array(4)
+                cuda.device_array(4, stream=env.other)
     assert not ng.is_capturing(env.s)
 
 
@@ -289,7 +289,7 @@ def test_allocation_refusal_ends_every_strict_capture_of_the_thread(env):
     ng.begin_capture(env.other, mode="relaxed")
     env.add[1, 32, env.other](env.y, env.one_other)
     with pytest.raises(ng.AllocationInCaptureError):
-        cuda.device_array(4)
+        cuda.device_array(4, stream=cuda.stream())  # for a stream that does not capture
     assert not ng.is_capturing(env.s)
     assert ng.is_capturing(env.other)  # relaxed: it did not forbid anything
     graph = ng.end_capture(env.other)

@@ -150,6 +150,10 @@ class Recording:
             cu.cuGraphDestroy(stranded)
 
 
+_AUTO_FREE_ON_LAUNCH = int(
+    cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+
+
 class Executable:
     """A captured graph, which it owns, and its instantiation."""
 
@@ -178,11 +182,11 @@ class Executable:
         return self._graph is not None
 
     def instantiate(self) -> Any:
-        # No flags: a capture records no allocation (numbagraph refuses
-        # them), so AUTO_FREE_ON_LAUNCH would have nothing to free.
+        # Graph-owned memory the graph does not free itself lives until its
+        # next launch, which frees it and makes it again.
         if self._graph is None:
             self._graph = check("cuGraphInstantiate",
-                                cu.cuGraphInstantiate(self._definition, 0))
+                                cu.cuGraphInstantiate(self._definition, _AUTO_FREE_ON_LAUNCH))
         return self._graph
 
     def launcher(self, handle: int) -> Callable[[], None]:

@@ -261,6 +261,39 @@ class Backend(Protocol):
         """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same
         size) on the stream, without waiting: a copy node in a capture."""
 
+    # ------------------------------------------------------------ graph memory
+
+    def graph_allocate(self, handle: int, shape: tuple[int, ...], dtype: np.dtype,
+                       stream: Any, allocation: Any) -> Any:
+        """Record an allocation of ``allocation.nbytes`` bytes into the
+        stream's capture and return a C-contiguous device array of ``shape``
+        and ``dtype`` over it (made for ``stream``), which
+        :meth:`graph_memory_of` knows as ``allocation``'s."""
+
+    def graph_free(self, handle: int, dev: Any, allocation: Any) -> None:
+        """Record the free of ``allocation`` (``dev`` is its array) into the
+        stream's capture."""
+
+    def graph_memory_of(self, value: Any) -> tuple[Any, Any] | None:
+        """``(allocation, output)`` of a device array over graph-owned memory
+        (output: the graphed call that returned it, or None), or None for
+        anything else; cheap for values that are not device arrays."""
+
+    def graph_output(self, dev: Any, allocation: Any, output: Any) -> Any:
+        """A new device array over the memory of ``dev`` (graph-owned),
+        known by :meth:`graph_memory_of` as ``(allocation, output)``."""
+
+    def release_graph_memory(self, allocations: Sequence[Any], handle: int | None) -> None:
+        """Free the allocations a closed graph's last launch left allocated,
+        in the order of the stream ``handle`` it last ran on."""
+
+    def graph_memory_info(self) -> tuple[int, int, int, int]:
+        """The current device's graph memory: bytes in use now and at most,
+        bytes reserved from the system now and at most."""
+
+    def trim_graph_memory(self) -> None:
+        """Give the graph memory no graph holds back to the system."""
+
     # ------------------------------------------------------------ conditionals
 
     ConditionalNode: ClassVar[Callable[..., ConditionalNode]]

@@ -9,6 +9,7 @@ Suites, in the order they run:
 * ``loop``      a replay-loop step: scalar update + 1-node graph launch
 * ``capture``   capture + instantiate cost, per launch captured
 * ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
+* ``memory``    graph-owned temporaries: replay, footprint, capture cost
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
 * ``apps``      the examples' own eager vs graph timings
 
@@ -17,10 +18,10 @@ Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import apps, bandwidth, capture_cost, eager, graphed, loop, replay
+from . import apps, bandwidth, capture_cost, eager, graphed, loop, memory, replay
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, bandwidth, apps)
+    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, bandwidth, apps)
 }

@@ -11,6 +11,7 @@ from .graphed import (ALL, ONE, PLAIN, RECAPTURE, RECAPTURE_UPDATE, SAME, SIZES,
                       TORCH, case, size_case, size_label)
 from .graphed import PEER as GRAPHED
 from .loop import DEVICE_LOOP, STEP
+from .memory import FOOTPRINT_1, FOOTPRINT_8, OWNED, PREALLOCATED, REPLAY
 
 __all__ = ["Target", "TARGETS", "evaluate"]
 
@@ -67,6 +68,12 @@ def _targets() -> list[Target]:
         Target("decode to the end token in one launch <= 0.8x the graph per token",
                "apps", "decode_loop", "one launch per token", "decode_loop",
                "graph per token", 0.8),
+    ]
+    found += [
+        Target("replay of a step with graph-owned temporaries <= 1.1x preallocated",
+               "memory", REPLAY, OWNED, REPLAY, PREALLOCATED, 1.1),
+        Target("8 graphs' graph-owned temporaries on one stream <= 1.25x one graph's",
+               "memory", FOOTPRINT_8, OWNED, FOOTPRINT_1, OWNED, 1.25),
     ]
     found += [
         Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",

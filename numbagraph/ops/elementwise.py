@@ -20,7 +20,8 @@ import numpy as np
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
 from ..errors import OpError
-from ..safety import guard_device_copy
+from .._graphmem import held as _graph_memory_held
+from ..safety import check_graph_memory, guard_device_copy
 from ..scalar import DeviceScalar
 from . import _functions, _launch, _map
 from ._operands import ALL, ARITHMETIC, FLOATS, flat, operand, output, overlaps
@@ -701,6 +702,8 @@ def _copy_whole(x: Input, out: Any, stream: Any) -> bool:
             or not out_dev.is_c_contiguous() or overlaps(x_dev, out_dev)):
         return False
     handle = _launch.launch_handle(stream)
+    if _graph_memory_held[0]:
+        check_graph_memory((out_dev, x_dev), handle, "ng.copy_into()")
     if _sessions:
         guard_device_copy(handle, out_dev, x_dev, "copy_into on the legacy default stream")
     _backend.copy_device(out_dev, x_dev, handle)

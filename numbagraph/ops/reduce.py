@@ -16,6 +16,7 @@ before capturing it and this never happens.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -24,7 +25,8 @@ from numba import cuda, types
 from .. import _registry
 from ..backend import active as _backend
 from ..errors import OpError
-from ..safety import allocation_allowed
+from ..alloc import free
+from ..safety import allocation_allowed, graph_allocate
 from . import _launch, _reduce_kernels as _rk
 from ._operands import ARITHMETIC, FLOATS, check_disjoint, check_dtype, device_array, flat
 
@@ -64,22 +66,42 @@ _scratch: dict[tuple[Any, int], dict[tuple, Any]] = {}
 
 
 def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
-    """The part-result arrays of the stream with this handle, or None when
-    they do not exist and the allocation rule forbids making them now."""
+    """The part-result arrays for a reduction on the stream with this
+    handle: the stream's own, made once outside any capture; or, the first
+    time inside a capture on this thread, arrays the graph allocates, which
+    :func:`_done` frees inside it once the reduction has read them; or None
+    when neither can be made now (a conditional body, or the allocation
+    rule forbids it)."""
     key = (_registry.key_of(handle), _backend.current_device_id())
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
     per_stream = _scratch.setdefault(key, {})
     key = (dtype.str, with_index)
     arrays = per_stream.get(key)
-    if arrays is None:
-        if not allocation_allowed(handle):
+    if arrays is not None:
+        return arrays
+    size = _max_parts()
+    session = _registry.on(handle) if _registry.sessions else None
+    if session is not None and session.thread is threading.current_thread():
+        if session.block is not None:
             return None
-        size = _max_parts()
-        values = cuda.device_array(size, dtype)
-        indices = cuda.device_array(size, np.int64) if with_index else None
-        arrays = per_stream[key] = (values, indices)
+        what = "a reduction's scratch"
+        return (graph_allocate(session, (size,), dtype, 0, what),
+                graph_allocate(session, (size,), np.dtype(np.int64), 0, what)
+                if with_index else None)
+    if not allocation_allowed(handle):
+        return None
+    values = cuda.device_array(size, dtype)
+    indices = cuda.device_array(size, np.int64) if with_index else None
+    arrays = per_stream[key] = (values, indices)
     return arrays
+
+
+def _done(scratch: tuple) -> None:
+    """Free scratch a graph allocated for one reduction, inside the graph."""
+    for array in scratch:
+        if array is not None and _backend.graph_memory_of(array) is not None:
+            free(array)
 
 
 def _kernel(factory: Callable, args: tuple, out: Any, signature: tuple) -> Any:
@@ -187,6 +209,7 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
                      (acc_arr, i64, out_t, i64, i64))
     first[parts, threads, launch_on](xf, yf, n, parts, values)
     second[1, threads, launch_on](values, parts, out_dev, n, fin)
+    _done(scratch)
 
 
 def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: Any,
@@ -235,6 +258,7 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
                      (acc_arr, idx_arr, i64, out_t, types.boolean))
     first[parts, threads, launch_on](xf, n, parts, values, indices, largest)
     second[1, threads, launch_on](values, indices, parts, out_dev, largest)
+    _done(scratch)
 
 
 def sum_into(x: Any, out: Any, *, axis: int | None = None, stream: Any) -> None:
