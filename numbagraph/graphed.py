@@ -512,6 +512,9 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     signature rebinds the graph to the arrays it is given (without capturing
     or instantiating again) when they differ from the ones the graph holds,
     and launches it; a call with the same arrays launches it at once.
+    Arrays the function allocates inside (``ng.empty`` and its kin) are
+    memory of its graph; one it returns is returned as a new array object
+    at each call, valid until the next call of that signature.
     Values that change per call belong in DeviceScalars: a changed plain
     value is a new signature, captured anew.
 
@@ -543,9 +546,15 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     GraphedError
         At a call: an argument that cannot be part of a signature (a host
         array, an unhashable value), distinct arrays over one memory, no
-        stream, or a result that is not one of the arguments.
+        stream, or a result that is neither an argument nor an array the
+        function allocated (and did not free) inside its capture.
     AllocationInCaptureError
-        At a capture: the function allocates device memory.
+        At a capture: the function allocates device memory for another
+        stream than its own (for its own stream, or with none named, the
+        arrays are memory of the graph).
+    StaleOutputError
+        Later, when an array a call returned is used after a later call
+        launched the same graph again, which overwrote it.
 
     Warns
     -----

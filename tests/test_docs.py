@@ -241,6 +241,16 @@ def test_example_heat_to_t_end_runs(capsys):
     assert "all three match NumPy at t_end" in capsys.readouterr().out
 
 
+def test_example_step_with_temporaries_runs(capsys):
+    import runpy
+
+    runpy.run_path(str(DOCS.parent / "examples" / "step_with_temporaries.py"),
+                   run_name="__main__")
+    out = capsys.readouterr().out
+    assert "every replay matches the eager step" in out
+    assert "StaleOutputError" in out
+
+
 def test_example_rk4_pingpong_runs(capsys):
     import runpy
 
