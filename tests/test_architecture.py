@@ -18,7 +18,7 @@ LAYERS = [
     ("_patches", "graph", "_rebind"),
     ("capture",),
     ("scalar", "conditional", "alloc"),
-    ("ops", "precompile", "graphed", "loops"),
+    ("ops", "precompile", "graphed", "loops", "launch"),
     ("bench", "soak", "__init__"),
 ]
 

@@ -10,7 +10,7 @@ from numbagraph.backend import active, interface
 
 BACKEND_DIR = pathlib.Path(interface.__file__).parent
 BACKENDS = {
-    "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory"),
+    "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory", "driver_launch"),
     "simulator": ("simulator", "simulator_conditional", "simulator_ops", "simulator_memory"),
 }
 

@@ -105,12 +105,12 @@ from ._streams import PER_THREAD_HANDLE, capture_key  # noqa: E402
 from .interface import Backend, bind  # noqa: E402
 
 if _numba_config.ENABLE_CUDASIM:
-    from . import simulator as _core, simulator_conditional as _conditional
-    from . import simulator_memory as _memory, simulator_ops as _ops
+    from . import simulator, simulator_conditional, simulator_memory, simulator_ops
+    _modules: tuple = (simulator, simulator_conditional, simulator_ops, simulator_memory)
 else:
-    from . import driver as _core, driver_conditional as _conditional
-    from . import driver_memory as _memory, driver_ops as _ops
+    from . import driver, driver_conditional, driver_launch, driver_memory, driver_ops
+    _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch)
 
-active: Backend = bind(_core.NAME, _core, _conditional, _ops, _memory)
+active: Backend = bind(_modules[0].NAME, *_modules)
 
 __all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

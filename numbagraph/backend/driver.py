@@ -7,14 +7,13 @@ through cuda.core, on a non-owning view of the stream.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import struct
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from cuda.bindings import driver as cu
-from cuda.core import LaunchConfig, Stream as _CoreStream, launch as _core_launch
+from cuda.core import Stream as _CoreStream
 from numba import cuda
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher
@@ -28,7 +27,7 @@ from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
 )
 from .driver_rebind import NodeIndex, graph_nodes
-from .interface import LaunchHook, Move, Patch
+from .interface import Move
 
 NAME = "cuda"
 
@@ -288,6 +287,11 @@ def in_kernel() -> bool:
 
 def compile_kernel(dispatcher: Any, args: tuple) -> None:
     """numba's compile for a signature, typed as a launch types its arguments."""
+    dispatcher.compile(argument_types(dispatcher, args))
+
+
+def argument_types(dispatcher: Any, args: tuple) -> tuple:
+    """The numba types a launch of ``dispatcher`` gives ``args``."""
     if not isinstance(dispatcher, CUDADispatcher):
         raise TypeError(
             f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
@@ -302,7 +306,7 @@ def compile_kernel(dispatcher: Any, args: tuple) -> None:
                 f"argument {i} of ng.precompile({_kernel_name(dispatcher)}, ...) is a "
                 f"{type(arg).__name__}, which numba cannot pass to a kernel")
         types.append(ty)
-    dispatcher.compile(tuple(types))
+    return tuple(types)
 
 
 def _kernel_name(dispatcher: Any) -> str:
@@ -504,108 +508,3 @@ def device_pointer(dev: Any) -> int:
 
 def array_interface(dev: Any) -> dict:
     return dict(dev.__cuda_array_interface__, stream=None)
-
-
-# ---------------------------------------------------------------- launches
-
-def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
-    def call(self, args, launch_config):
-        return original(self, on_launch(int(launch_config.stream.handle), self, args),
-                        launch_config)
-
-    return call
-
-
-def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
-    """The driver's one change to numba: every kernel launch passes through
-    ``on_launch``."""
-    return (
-        Patch(CUDADispatcher, "call", lambda original: _hooked_call(original, on_launch),
-              "every kernel launch passes through numbagraph's launch check, which "
-              "keeps a capture's arguments alive and unwraps DeviceScalars and "
-              "Conditions"),
-    )
-
-
-# ---------------------------------------------------------------- ops' launches
-
-# numba's launch works out every argument's layout again on every call. An
-# op's kernel has one explicit signature, so its layout is worked out once
-# per kernel and context and its launches go to cuda.core's launch directly.
-
-def _array_packer(value: Any, out: list) -> None:
-    # numba's array argument: meminfo, parent, size, itemsize, data, shape, strides.
-    out += (0, 0, value.size, value.dtype.itemsize, value.device_ctypes_pointer.value,
-            *value.shape, *value.strides)
-
-
-def _scalar_packer(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
-    return lambda value, out: out.append(convert(value))
-
-
-_SCALAR_PACKERS = {
-    **{getattr(numba_types, name): _scalar_packer(getattr(ctypes, f"c_{name}"))
-       for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
-    numba_types.float16: _scalar_packer(
-        lambda v: ctypes.c_uint16(int(np.float16(v).view(np.uint16)))),
-    numba_types.float32: _scalar_packer(ctypes.c_float),
-    numba_types.float64: _scalar_packer(ctypes.c_double),
-    numba_types.boolean: _scalar_packer(bool),
-}
-
-
-def _packer(ty: Any) -> Callable[[Any, list], None] | None:
-    if isinstance(ty, numba_types.Array):
-        return _array_packer
-    return _SCALAR_PACKERS.get(ty)
-
-
-def _launch_plan(dispatcher: Any) -> tuple | None:
-    """(cuda.core kernel, argument packers) for a kernel of one signature
-    that numba launches plainly, else None (numba launches it)."""
-    overloads = list(dispatcher.overloads.values())
-    if (len(overloads) != 1 or dispatcher.extensions
-            or getattr(dispatcher, "_launch_config_sensitive", False)):
-        return None
-    kernel = overloads[0]
-    if kernel.debug or kernel.cooperative or getattr(kernel, "launch_config_sensitive", False):
-        return None
-    packers = [_packer(ty) for ty in kernel.argument_types]
-    if None in packers:
-        return None
-    return kernel._codelibrary.get_cufunc().kernel, packers
-
-
-_plans: dict[tuple[Any, int], tuple | None] = {}
-_configs: dict[tuple, LaunchConfig] = {}
-_fallback_streams: dict[int, Any] = {}
-
-
-def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
-           on_launch: LaunchHook) -> None:
-    """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
-    ``on_launch`` applied as to every launch."""
-    ctx_key, ctx = _current_context()
-    key = (dispatcher, ctx_key)
-    plan = _plans.get(key, False)
-    if plan is False:
-        plan = _plans[key] = _launch_plan(dispatcher)
-    if plan is None:
-        stream = _fallback_streams.get(handle)
-        if stream is None:
-            if len(_fallback_streams) > 1024:
-                _fallback_streams.clear()
-            stream = _fallback_streams[handle] = cuda.external_stream(handle)
-        dispatcher[grid, block, stream](*args)  # on_launch runs in numba's call
-        return
-    args = on_launch(handle, dispatcher, args)
-    kernel, packers = plan
-    packed: list = []
-    for pack, value in zip(packers, args):
-        pack(value, packed)
-    config = _configs.get((grid, block))
-    if config is None:
-        if len(_configs) > 4096:
-            _configs.clear()
-        config = _configs[(grid, block)] = LaunchConfig(grid=grid, block=block)
-    _core_launch(_core_stream(handle, ctx), config, kernel, *packed)

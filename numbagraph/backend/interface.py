@@ -167,6 +167,17 @@ class Backend(Protocol):
     def synchronize(self, handle: int) -> None:
         """Wait for the stream's work."""
 
+    def argument_types(self, dispatcher: Any, args: tuple) -> tuple:
+        """The numba types a launch of the kernel gives ``args``; TypeError,
+        naming the problem, when it is not a kernel or an argument cannot
+        be passed to one."""
+
+    def prepared_launch(self, dispatcher: Any, grid: Any, block: Any, shared: int,
+                        handle: int, args: tuple) -> Callable[[], None] | None:
+        """A call that launches the kernel with ``args`` (no wrappers; checked
+        by the caller) without working them out again, or None where there
+        is no faster path than a checked launch."""
+
     def compile_kernel(self, dispatcher: Any, args: tuple) -> None:
         """Compile the ``@cuda.jit`` kernel for arguments of the types of
         ``args``, without launching it; TypeError, naming the problem, when

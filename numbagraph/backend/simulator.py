@@ -24,6 +24,7 @@ from numba.cuda.simulator import api as _sim_api
 from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
 from numba.cuda.simulator import kernelapi as _sim_kernelapi
 from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
+from numba import typeof as _numba_typeof
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
@@ -283,10 +284,33 @@ def in_kernel() -> bool:
 
 def compile_kernel(dispatcher: Any, args: tuple) -> None:
     """Simulated kernels run as Python: nothing to compile, only the kernel
-    to check."""
+    and the arguments' types to check."""
+    argument_types(dispatcher, args)
+
+
+def argument_types(dispatcher: Any, args: tuple) -> tuple:
+    """The numba types of ``args``, as a driver launch would type them."""
     if not isinstance(dispatcher, FakeCUDAKernel):
         raise TypeError(
             f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
+    types = []
+    for i, arg in enumerate(args):
+        try:
+            ty = _numba_typeof(arg)
+        except Exception:  # noqa: BLE001  numba's typing errors vary by version
+            ty = None
+        if ty is None or ty == _numba_types.pyobject:
+            raise TypeError(
+                f"argument {i} of a launch of {dispatcher.fn.__name__} is a "
+                f"{type(arg).__name__}, which numba cannot pass to a kernel")
+        types.append(ty)
+    return tuple(types)
+
+
+def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
+                    args: tuple) -> None:
+    """Simulated launches have no faster path than the simulator's own."""
+    return None
 
 
 def frees_wait_for_device() -> bool:

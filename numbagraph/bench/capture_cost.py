@@ -112,9 +112,22 @@ def _cpp(ctx: Context):
         yield row
 
 
+def _numba_path(ctx: Context, launches: int) -> Contender:
+    t = numba_tiny(ctx)
+
+    def once():
+        with ng.capture(t.stream) as cap:
+            for _ in range(launches):
+                t.launch_numba(t.n_array)
+        return cap.graph
+
+    return _captures(ctx, launches, once, lambda graph: graph.close())
+
+
 PEERS = {
     "numbagraph": _numbagraph(True),
     "numbagraph (array arg)": _numbagraph(False),
+    "numba's own launch path": _numba_path,
     "cuda.core": _cuda_core,
     "numba launches, no capture": _eager,
 }

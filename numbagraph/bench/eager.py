@@ -13,16 +13,18 @@ import numbagraph as ng
 
 from .core import Context, SuiteResult
 from .floor import floor
+from .kernels import tiny
 from .peers import numba_tiny
 from .replay import cupy_stream_tiny, torch_tiny
 from .timing import Contender
 
-__all__ = ["NAME", "TITLE", "run"]
+__all__ = ["NAME", "TITLE", "run", "CASE", "OP_CASE"]
 
 NAME = "eager"
 TITLE = "Launch cost of one tiny kernel"
 UNIT = "us/kernel"
 CASE = "tiny kernel"
+OP_CASE = "add_into, 1024 float32"
 
 
 def _launches(ctx: Context, launch, sync, note: str = "", close=None) -> Contender:
@@ -35,10 +37,45 @@ def _launches(ctx: Context, launch, sync, note: str = "", close=None) -> Contend
     return Contender(batch, reps, sync, close=close, note=note)
 
 
-def _numba(ctx: Context) -> Contender:
+def _numbagraph(ctx: Context) -> Contender:
     t = numba_tiny(ctx)
     return _launches(ctx, lambda: t.launch(t.n_array), t.sync,
-                     "kernel[grid, block, stream](a, n) with n a device array")
+                     "kernel[grid, block, stream](a, n) with n a device array, "
+                     "numbagraph imported: its fast path")
+
+
+def _record(ctx: Context) -> Contender:
+    t = numba_tiny(ctx)
+    rec = ng.launch_record(tiny, t.blocks, t.threads, t.stream, t.a, t.n_array)
+    return _launches(ctx, rec.launch, t.sync, "ng.launch_record(...).launch()")
+
+
+def _numba(ctx: Context) -> Contender:
+    t = numba_tiny(ctx)
+    return _launches(ctx, lambda: t.launch_numba(t.n_array), t.sync,
+                     "kernel.configure(grid, block, stream)(a, n): numba's own path")
+
+
+def _add_into(ctx: Context) -> Contender:
+    t = numba_tiny(ctx)
+    ng.add_into(t.a, 1.0, t.a, stream=t.stream)
+    return _launches(ctx, lambda: ng.add_into(t.a, 1.0, t.a, stream=t.stream), t.sync,
+                     "ng.add_into(a, 1.0, a, stream=s) on the tiny kernel's array")
+
+
+def _torch_add(ctx: Context) -> Contender:
+    tt = torch_tiny(ctx)
+    add = tt.torch.add
+    contender = _launches(ctx, lambda: add(tt.a, 1.0, out=tt.a), tt.stream.synchronize,
+                          "torch.add(a, 1.0, out=a)")
+    inner = contender.batch
+
+    def batch():
+        with tt.torch.cuda.stream(tt.stream):
+            inner()
+
+    contender.batch = batch
+    return contender
 
 
 def _numba_quiet(ctx: Context) -> Contender:
@@ -47,8 +84,8 @@ def _numba_quiet(ctx: Context) -> Contender:
     from numba.cuda.core import config
 
     t = numba_tiny(ctx)
-    contender = _launches(ctx, lambda: t.launch(t.n_array), t.sync,
-                          "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0")
+    contender = _launches(ctx, lambda: t.launch_numba(t.n_array), t.sync,
+                          "numba's own path, NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0")
     inner = contender.batch
 
     def batch():
@@ -125,13 +162,16 @@ def run(ctx: Context) -> SuiteResult:
     """Measure the eager launch cost of every peer present."""
     result = SuiteResult(NAME, TITLE, UNIT)
     setups = {
-        "numba": _numba, "numba, occupancy check off": _numba_quiet,
-        "numba + DeviceScalar": _numba_scalar, "PyTorch": _torch, "CuPy": _cupy,
+        "numbagraph": _numbagraph, "launch record": _record,
+        "numbagraph + DeviceScalar": _numba_scalar, "numba": _numba,
+        "numba, occupancy check off": _numba_quiet, "PyTorch": _torch, "CuPy": _cupy,
         "numbagraph replay": _replay,
     }
     ctx.compare(result, CASE, {p: (lambda s=s: s(ctx)) for p, s in setups.items()},
                 unit=UNIT)
     ctx.attempt(result, "C++", lambda: _cpp(ctx))
+    ctx.compare(result, OP_CASE, {"numbagraph": lambda: _add_into(ctx),
+                                  "PyTorch": lambda: _torch_add(ctx)}, unit=UNIT)
     result.notes.append(
         f"host clock over {ctx.config.launch_repeats} launches, stopped after the "
         f"stream synchronises; median of {ctx.config.trials} trials after one "

@@ -65,5 +65,13 @@ class NumbaTiny:
     def launch(self, n) -> None:
         tiny[self.blocks, self.threads, self.stream](self.a, n)
 
+    def launch_numba(self, n) -> None:
+        """The same launch through numba's own configuration and argument
+        packing, not numbagraph's fast path (numba's launch hook still runs)."""
+        configure = getattr(tiny, "configure", None)  # the simulator has one path
+        configured = (configure((self.blocks,), (self.threads,), self.stream) if configure
+                      else tiny[self.blocks, self.threads, self.stream])
+        configured(self.a, n)
+
     def sync(self) -> None:
         self.stream.synchronize()

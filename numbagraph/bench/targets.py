@@ -10,6 +10,7 @@ from .core import SuiteResult
 from .graphed import (ALL, ONE, PLAIN, RECAPTURE, RECAPTURE_UPDATE, SAME, SIZES, STEPS,
                       TORCH, case, size_case, size_label)
 from .graphed import PEER as GRAPHED
+from .eager import CASE as EAGER, OP_CASE
 from .loop import DEVICE_LOOP, STEP
 from .memory import FOOTPRINT_1, FOOTPRINT_8, OWNED, PREALLOCATED, REPLAY
 
@@ -68,6 +69,27 @@ def _targets() -> list[Target]:
         Target("decode to the end token in one launch <= 0.8x the graph per token",
                "apps", "decode_loop", "one launch per token", "decode_loop",
                "graph per token", 0.8),
+    ]
+    found += [
+        Target("eager tiny launch <= 1.5x C++ eager", "eager", EAGER, "numbagraph",
+               EAGER, "C++", 1.5),
+        Target("eager tiny launch faster than PyTorch eager", "eager", EAGER, "numbagraph",
+               EAGER, "PyTorch", 1.0),
+        Target("launch_record(...).launch() <= 1.2x C++ eager", "eager", EAGER,
+               "launch record", EAGER, "C++", 1.2),
+        Target("eager ng.add_into on 1024 floats <= 10 us", "eager", OP_CASE, "numbagraph",
+               OP_CASE, "numbagraph", 0.0, slack=10.0),
+    ]
+    found += [
+        Target(f"capture+instantiate of {n} launches <= 5 us per launch", "capture",
+               f"{n} launches", "numbagraph (array arg)", f"{n} launches",
+               "numbagraph (array arg)", 0.0, slack=5.0)
+        for n in (100, 1000)
+    ]
+    found += [
+        Target(f"capture+instantiate of {n} launches <= 2x C++", "capture",
+               f"{n} launches", "numbagraph (array arg)", f"{n} launches", "C++", 2.0)
+        for n in (100, 1000)
     ]
     found += [
         Target("replay of a step with graph-owned temporaries <= 1.1x preallocated",

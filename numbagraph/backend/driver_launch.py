@@ -1,0 +1,379 @@
+"""Kernel launches on the driver without numba's per-launch work.
+
+numba works out every argument's type and layout again at each launch. Here
+a launch is keyed by what decides the compiled signature (per argument: its
+Python type, and for a device array its dtype, rank and layout); the first
+launch of a key looks up the overload compiled for exactly those numba
+types, and every later one packs the arguments as numba's own launch would
+(``Kernel.launch`` / ``_prepare_args`` of numba-cuda) and calls cuda.core's
+launch directly. What this does not cover goes through numba unchanged: a
+signature not compiled yet (numba compiles it, and the next launch is fast),
+an argument kind not listed below, kernels with extensions, debug or
+cooperative kernels, launch-config-sensitive kernels, pre-launch callbacks.
+
+Covered argument kinds: numba device arrays (any dtype numba types, rank
+1 and up, any strides), Python ``int`` (as int64), ``float``, ``bool``,
+``complex``, and NumPy scalars of the integer, float, complex and bool
+types. DeviceScalars and Conditions arrive here unwrapped (device arrays,
+uint64).
+
+``kernel[griddim, blockdim, stream, sharedmem](*args)`` takes this path once
+numbagraph is imported, unless ``NUMBAGRAPH_FAST_LAUNCH=0`` or the installed
+numba-cuda is not one this layout was checked against (``CHECKED``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+from cuda.core import LaunchConfig, launch as _core_launch
+from numba.cuda import types as numba_types
+from numba.cuda.dispatcher import CUDADispatcher
+from numba.cuda.np import numpy_support
+
+from numba import cuda
+from numba.cuda.cudadrv import devicearray as _devicearray
+
+from .driver import _core_stream, _current_context
+from .interface import LaunchHook, Patch
+
+# numba-cuda versions whose argument layout and dispatch the fast path
+# follows.
+CHECKED = ("0.30.4",)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("numba-cuda")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _enabled() -> bool:
+    if os.environ.get("NUMBAGRAPH_FAST_LAUNCH", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    version = _version()
+    if version not in CHECKED:
+        warnings.warn(
+            f"numbagraph's fast kernel launch was checked against numba-cuda "
+            f"{', '.join(CHECKED)}, not {version}: kernels launch through numba's own "
+            "path. Install a checked numba-cuda for the fast path",
+            RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
+FAST = _enabled()
+
+
+# ---------------------------------------------------------------- packing
+
+def _array_packer(value: Any, out: list) -> None:
+    # numba's array argument: meminfo, parent, size, itemsize, data, shape, strides.
+    out += (0, 0, value.size, value.dtype.itemsize, value.device_ctypes_pointer.value or 0,
+            *value.shape, *value.strides)
+
+
+def _scalar_packer(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
+    return lambda value, out: out.append(convert(value))
+
+
+def _complex_packer(part: Any) -> Callable[[Any, list], None]:
+    def pack(value: Any, out: list) -> None:
+        value = complex(value)
+        out += (part(value.real), part(value.imag))
+
+    return pack
+
+
+_SCALAR_PACKERS: dict[Any, Callable[[Any, list], None]] = {
+    **{getattr(numba_types, name): _scalar_packer(getattr(ctypes, f"c_{name}"))
+       for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
+    numba_types.float16: _scalar_packer(
+        lambda v: ctypes.c_uint16(int(np.float16(v).view(np.uint16)))),
+    numba_types.float32: _scalar_packer(ctypes.c_float),
+    numba_types.float64: _scalar_packer(ctypes.c_double),
+    numba_types.boolean: _scalar_packer(bool),
+    numba_types.complex64: _complex_packer(ctypes.c_float),
+    numba_types.complex128: _complex_packer(ctypes.c_double),
+}
+
+
+def packer(ty: Any) -> Callable[[Any, list], None] | None:
+    """How a value of the numba type ``ty`` is packed, or None when it is not
+    a kind the fast path packs."""
+    if isinstance(ty, numba_types.Array):
+        return _array_packer if ty.ndim > 0 else None
+    return _SCALAR_PACKERS.get(ty)
+
+
+# ---------------------------------------------------------------- keys
+
+_INT64 = (-(1 << 63), 1 << 63)
+_PLAIN = {int: numba_types.int64, float: numba_types.float64, bool: numba_types.boolean,
+          complex: numba_types.complex128}
+_NUMPY_SCALARS = {
+    kind: numpy_support.from_dtype(np.dtype(kind))
+    for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                 np.uint64, np.float16, np.float32, np.float64, np.complex64,
+                 np.complex128, np.bool_)
+}
+# numba's device array classes whose numba type is worked out as below.
+_ARRAY_TYPES = {_devicearray.DeviceNDArray, *_devicearray.DeviceNDArray.__subclasses__()}
+
+
+def _array_key(value: Any) -> tuple:
+    dummy = value._dummy
+    broadcast = value.size != 0 and 0 in value.strides
+    return (type(value), value.dtype, value.ndim,
+            dummy.is_c_contig and not broadcast, dummy.is_f_contig and not broadcast)
+
+
+def key_of(args: tuple) -> tuple | None:
+    """What decides the compiled signature of a launch with ``args``, or None
+    when an argument is not a kind the fast path covers."""
+    key = []
+    for value in args:
+        kind = type(value)
+        if kind in _ARRAY_TYPES:
+            key.append(_array_key(value))
+        elif kind is int:
+            if not _INT64[0] <= value < _INT64[1]:
+                return None
+            key.append(int)
+        elif kind in _PLAIN or kind in _NUMPY_SCALARS:
+            key.append(kind)
+        else:
+            return None
+    return tuple(key)
+
+
+# ---------------------------------------------------------------- plans
+
+# (dispatcher, context handle) -> {key: (cuda.core kernel, packers) or None}
+_plans: dict[tuple[Any, int], dict[tuple, Any]] = {}
+
+
+def _plan(dispatcher: Any, args: tuple, key: tuple) -> tuple | None:
+    """(cuda.core kernel, packers) of the overload compiled for exactly the
+    numba types of ``args``, or None."""
+    if (dispatcher.extensions or getattr(dispatcher, "_launch_config_sensitive", False)
+            or getattr(dispatcher, "specialized", False)):
+        return None
+    try:
+        types = tuple(dispatcher.typeof_pyval(value) for value in args)
+    except Exception:  # noqa: BLE001  numba reports untypeable arguments itself
+        return None
+    kernel = dispatcher.overloads.get(types)
+    if kernel is None or kernel.debug or kernel.cooperative or getattr(
+            kernel, "launch_config_sensitive", False):
+        return None
+    packers = [packer(ty) for ty in kernel.argument_types]
+    if None in packers or len(packers) != len(args):
+        return None
+    return kernel._codelibrary.get_cufunc().kernel, packers
+
+
+def plan_for(dispatcher: Any, args: tuple, ctx_key: int) -> tuple | None:
+    """The launch plan for ``args``, worked out once per key; None when numba
+    must launch it (a signature not compiled yet is looked up again)."""
+    key = key_of(args)
+    if key is None:
+        return None
+    plans = _plans.get((dispatcher, ctx_key))
+    if plans is None:
+        if len(_plans) > 4096:
+            _plans.clear()
+        plans = _plans[(dispatcher, ctx_key)] = {}
+    plan = plans.get(key, False)
+    if plan is False:
+        plan = _plan(dispatcher, args, key)
+        if plan is not None:
+            plans[key] = plan
+    return plan
+
+
+_configs: dict[tuple, LaunchConfig] = {}
+
+
+def config_for(grid: Any, block: Any, shared: int) -> LaunchConfig:
+    key = (grid, block, shared)
+    config = _configs.get(key)
+    if config is None:
+        if len(_configs) > 4096:
+            _configs.clear()
+        config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared)
+    return config
+
+
+def launch_packed(plan: tuple, args: tuple, handle: int, ctx: Any, config: LaunchConfig) -> None:
+    kernel, packers = plan
+    packed: list = []
+    for pack, value in zip(packers, args):
+        pack(value, packed)
+    _core_launch(_core_stream(handle, ctx), config, kernel, *packed)
+
+
+# ---------------------------------------------------------------- kernel[...]
+
+class _Launch:
+    """What a ``kernel[griddim, blockdim, stream, sharedmem]`` configuration
+    resolves to, worked out once per configuration: numba's own
+    configuration (its checks and warnings ran), the stream's handle, and
+    cuda.core's launch configuration."""
+
+    __slots__ = ("numba", "handle", "config")
+
+    def __init__(self, numba: Any):
+        self.numba = numba
+        self.handle = int(numba.stream.handle)
+        self.config = config_for(tuple(numba.griddim), tuple(numba.blockdim),
+                                 int(numba.sharedmem))
+
+
+class FastConfiguration:
+    """``kernel[griddim, blockdim, stream, sharedmem]``: a launch
+    configuration whose call packs the arguments and launches through the
+    driver where it can, and through numba otherwise."""
+
+    __slots__ = ("dispatcher", "_launch", "_callbacks")
+
+    def __init__(self, dispatcher: Any, launch: _Launch):
+        self.dispatcher, self._launch, self._callbacks = dispatcher, launch, None
+
+    # numba's _LaunchConfiguration attributes, for code that reads them.
+    griddim = property(lambda self: self._launch.numba.griddim)
+    blockdim = property(lambda self: self._launch.numba.blockdim)
+    stream = property(lambda self: self._launch.numba.stream)
+    sharedmem = property(lambda self: self._launch.numba.sharedmem)
+
+    @property
+    def pre_launch_callbacks(self) -> list:
+        if self._callbacks is None:
+            self._callbacks = []
+        return self._callbacks
+
+    def __call__(self, *args: Any) -> Any:
+        launch = self._launch
+        dispatcher = self.dispatcher
+        if self._callbacks:
+            numba = launch.numba
+            config = dispatcher.configure(numba.griddim, numba.blockdim, numba.stream,
+                                          numba.sharedmem)
+            config.pre_launch_callbacks.extend(self._callbacks)
+            return config(*args)
+        args = _on_launch[0](launch.handle, dispatcher, args)
+        ctx_key, ctx = _current_context()
+        plan = plan_for(dispatcher, args, ctx_key)
+        if plan is None:
+            return _numba_call[0](dispatcher, args, launch.numba)
+        launch_packed(plan, args, launch.handle, ctx, launch.config)
+        return None
+
+
+# The launch hook and numba's own CUDADispatcher.call, set as the patches
+# are made.
+_on_launch: list[Any] = [None]
+_numba_call: list[Any] = [None]
+# dispatcher -> {configuration arguments: _Launch}
+_launches: dict[Any, dict[tuple, _Launch]] = {}
+
+
+def _fast_getitem(original: Callable) -> Callable:
+    def getitem(self: Any, args: Any) -> Any:
+        if type(args) is not tuple or len(args) not in (2, 3, 4):
+            return original(self, args)
+        per_kernel = _launches.get(self)
+        if per_kernel is None:
+            if len(_launches) > 4096:
+                _launches.clear()
+            per_kernel = _launches[self] = {}
+        try:
+            launch = per_kernel.get(args)
+        except TypeError:  # an unhashable configuration: numba's path
+            return original(self, args)
+        if launch is None:
+            numba = original(self, args)  # validates, normalises, warns
+            if len(per_kernel) > 256:
+                per_kernel.clear()
+            launch = per_kernel[args] = _Launch(numba)
+        return FastConfiguration(self, launch)
+
+    return getitem
+
+
+def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
+    _numba_call[0], _on_launch[0] = original, on_launch
+
+    def call(self, args, launch_config):
+        return original(self, on_launch(int(launch_config.stream.handle), self, args),
+                        launch_config)
+
+    return call
+
+
+def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
+    """The driver's changes to numba: every kernel launch passes through
+    ``on_launch``; and, unless the fast path is off, ``kernel[...]`` returns
+    a configuration that launches through it."""
+    rows = [
+        Patch(CUDADispatcher, "call", lambda original: _hooked_call(original, on_launch),
+              "every kernel launch passes through numbagraph's launch check, which "
+              "keeps a capture's arguments alive and unwraps DeviceScalars and "
+              "Conditions"),
+    ]
+    if FAST:
+        rows.append(Patch(
+            CUDADispatcher, "__getitem__", _fast_getitem,
+            "kernel[griddim, blockdim, stream, sharedmem] launches with the arguments "
+            "packed as numba packs them, through cuda.core, where the signature is "
+            "compiled and every argument is a kind it packs; otherwise through numba"))
+    return tuple(rows)
+
+
+# ---------------------------------------------------------------- ops
+
+_fallback_streams: dict[int, Any] = {}
+
+
+def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
+           on_launch: LaunchHook) -> None:
+    """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
+    ``on_launch`` applied as to every launch."""
+    args = on_launch(handle, dispatcher, args)
+    ctx_key, ctx = _current_context()
+    plan = plan_for(dispatcher, args, ctx_key)
+    if plan is not None:
+        launch_packed(plan, args, handle, ctx, config_for(grid, block, 0))
+        return
+    stream = _fallback_streams.get(handle)
+    if stream is None:
+        if len(_fallback_streams) > 1024:
+            _fallback_streams.clear()
+        stream = _fallback_streams[handle] = cuda.external_stream(handle)
+    _numba_call[0](dispatcher, args, dispatcher.configure(grid, block, stream))
+
+
+def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
+                    args: tuple) -> Callable[[], None] | None:
+    ctx_key, ctx = _current_context()
+    plan = plan_for(dispatcher, args, ctx_key)
+    if plan is None:
+        return None
+    kernel, packers = plan
+    packed: list = []
+    for pack, value in zip(packers, args):
+        pack(value, packed)
+    config = config_for(grid, block, shared)
+    stream = _core_stream(handle, ctx)
+    packed_args = tuple(packed)
+
+    def launch() -> None:
+        _core_launch(stream, config, kernel, *packed_args)
+
+    return launch

@@ -1,0 +1,160 @@
+"""Launch records: one kernel launch, its configuration and arguments fixed
+once, launched again and again at the cost of the driver's call.
+
+A record compiles the kernel for its arguments when it is made, packs them
+as numba would, and keeps the packing: ``rec.launch()`` hands it to the
+driver. ``rec.set_arg(i, value)`` replaces one argument by another of the
+same numba type (another array of the same dtype, rank and layout; a new
+number). Inside a capture, or while graph-owned memory exists, a launch
+takes the checked path every launch takes (the launch hook, then the fast
+path), so capture rules and graph memory rules hold for records too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _registry
+from ._graphmem import held as _graph_memory_held
+from ._registry import sessions as _sessions
+from .backend import active as _backend
+from .precompile import _stand_in
+
+__all__ = ["launch_record", "LaunchRecord"]
+
+
+class LaunchRecord:
+    """A kernel launch kept ready; made by
+    [launch_record][numbagraph.launch_record]."""
+
+    __slots__ = ("_kernel", "_grid", "_block", "_stream", "_shared", "_handle", "_args",
+                 "_types", "_wrapped", "_fast", "_configured")
+
+    def __init__(self, kernel: Any, griddim: Any, blockdim: Any, stream: Any,
+                 args: tuple, sharedmem: int):
+        if isinstance(sharedmem, bool) or not isinstance(sharedmem, int) or sharedmem < 0:
+            raise ValueError(f"sharedmem must be an int >= 0 (bytes), not {sharedmem!r}")
+        self._handle = _backend.stream_handle(stream)
+        stand_ins = tuple(_stand_in(a) for a in args)
+        _backend.compile_kernel(kernel, stand_ins)
+        self._kernel, self._grid, self._block = kernel, griddim, blockdim
+        self._stream, self._shared = stream, sharedmem
+        self._types = _backend.argument_types(kernel, stand_ins)
+        # Validates the configuration as numba does, once.
+        self._configured = kernel[griddim, blockdim, stream, sharedmem]
+        self._args = tuple(args)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        self._wrapped = any(type(a) in _registry.device_wrappers for a in self._args)
+        self._fast = None if self._wrapped else _backend.prepared_launch(
+            self._kernel, self._grid, self._block, self._shared, self._handle, self._args)
+
+    @property
+    def args(self) -> tuple:
+        """The arguments the next launch passes."""
+        return self._args
+
+    def launch(self) -> None:
+        """Launch the kernel with the record's arguments, on its stream.
+
+        Raises
+        ------
+        UncapturableOperationError
+            As any launch: one that would break a capture in progress.
+        GraphMemoryError
+            An argument is graph-owned memory that does not exist now.
+        """
+        fast = self._fast
+        if fast is not None and not _sessions and not _graph_memory_held[0]:
+            fast()
+            return
+        self._configured(*self._args)
+
+    def set_arg(self, index: int, value: Any) -> None:
+        """Replace argument ``index`` with ``value`` of the same numba type.
+
+        Raises
+        ------
+        IndexError
+            ``index`` is not an argument's position.
+        TypeError
+            ``value`` is not of the type the kernel was compiled for at
+            ``index`` (say which, and what was given). The record keeps its
+            arguments.
+        """
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"set_arg takes an argument position (int), not {index!r}")
+        if not -len(self._args) <= index < len(self._args):
+            raise IndexError(
+                f"set_arg({index}): the record has {len(self._args)} arguments")
+        index %= len(self._args)
+        expected = self._types[index]
+        try:
+            given = _backend.argument_types(self._kernel, (_stand_in(value),))[0]
+        except TypeError:
+            given = None
+        if given != expected:
+            raise TypeError(
+                f"set_arg({index}): the kernel was compiled for {expected} there, and the "
+                f"{type(value).__name__} given is {given or 'of no type numba passes'}; pass a "
+                "value of the same type (an array of the same dtype, rank and layout), "
+                "or make a new record for other types")
+        args = list(self._args)
+        args[index] = value
+        self._args = tuple(args)
+        self._prepare()
+
+    def __repr__(self) -> str:
+        name = getattr(getattr(self._kernel, "py_func", None), "__name__", "kernel")
+        return (f"<LaunchRecord {name}[{self._grid}, {self._block}] with "
+                f"{len(self._args)} arguments>")
+
+
+def launch_record(kernel: Any, griddim: Any, blockdim: Any, stream: Any, *args: Any,
+                  sharedmem: int = 0) -> LaunchRecord:
+    """A kernel launch kept ready for a hot loop: ``rec.launch()`` launches
+    ``kernel[griddim, blockdim, stream, sharedmem](*args)`` without working
+    out the arguments again.
+
+    The kernel is compiled for ``args`` now if it is not yet. Usable at once
+    and inside captures (each ``launch()`` is recorded as a launch is).
+
+    Parameters
+    ----------
+    kernel
+        A ``@cuda.jit`` kernel.
+    griddim, blockdim
+        As in ``kernel[griddim, blockdim]``.
+    stream
+        The stream it launches on.
+    *args
+        The kernel's arguments: device arrays, numbers, DeviceScalars,
+        Conditions.
+    sharedmem
+        Bytes of dynamic shared memory.
+
+    Returns
+    -------
+    LaunchRecord
+        ``launch()``, ``set_arg(i, value)``, ``args``.
+
+    Raises
+    ------
+    TypeError
+        ``kernel`` is not a ``@cuda.jit`` kernel, ``stream`` is not a
+        stream, or an argument is of no type numba passes to a kernel.
+    ValueError
+        ``sharedmem`` is not a byte count, or the launch configuration is
+        one numba refuses.
+
+    Examples
+    --------
+    ```python
+    rec = ng.launch_record(step, 4, 256, s, x, 0.5)
+    for t in range(100):
+        rec.set_arg(1, 0.5 * t)
+        rec.launch()
+    ```
+    """
+    return LaunchRecord(kernel, griddim, blockdim, stream, args, sharedmem)

@@ -1,0 +1,272 @@
+"""The launch fast path and launch records, against numba's own launch.
+
+Every launch here is made twice from the same inputs: through numba's own
+configuration (``kernel.configure(...)``, numba's argument packing) and
+through ``kernel[...]`` (numbagraph's path wherever it applies) or a launch
+record; the outputs must be equal bit for bit.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph.backend import active
+
+ON_DRIVER = ng.backend() == "cuda"
+
+
+def both(kernel, grid, block, s, make, shared=0):
+    """(numba's output, the fast path's output) of ``kernel`` on fresh
+    inputs from ``make()``; ``make`` returns (args, output array)."""
+    results = []
+    # The simulator has one path: numba's simulated launch.
+    numba = (kernel.configure(grid, block, s, shared) if ON_DRIVER
+             else kernel[grid, block, s, shared])
+    for launch in (lambda args: numba(*args),
+                   lambda args: kernel[grid, block, s, shared](*args)):
+        args, out = make()
+        launch(args)
+        results.append(out.copy_to_host(stream=s))
+        s.synchronize()
+    return results
+
+
+@cuda.jit
+def scale_into(x, a, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] * a
+
+
+DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+          np.float16, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_arrays_and_scalars_of_each_dtype(stream, dtype):
+    def make():
+        x = cuda.to_device(np.arange(1, 33).astype(dtype), stream=stream)
+        out = cuda.to_device(np.zeros(32, dtype), stream=stream)
+        return (x, dtype(3), out), out
+
+    numba_out, fast_out = both(scale_into, 1, 32, stream, make)
+    np.testing.assert_array_equal(fast_out, numba_out)
+
+
+@cuda.jit
+def sum3(x, out):
+    i, j, k = cuda.grid(3)
+    if i < x.shape[0] and j < x.shape[1] and k < x.shape[2]:
+        cuda.atomic.add(out, 0, x[i, j, k] * (1 + i + 10 * j + 100 * k))
+
+
+@cuda.jit
+def sum2(x, out):
+    i, j = cuda.grid(2)
+    if i < x.shape[0] and j < x.shape[1]:
+        cuda.atomic.add(out, 0, x[i, j] * (1 + i + 10 * j))
+
+
+@pytest.mark.parametrize("view", ["C", "F", "strided", "transposed", "broadcast"])
+def test_layouts_of_two_and_three_dimensional_arrays(stream, view):
+    base = np.arange(6 * 4 * 3, dtype=np.float64).reshape(6, 4, 3)
+
+    def make():
+        out = cuda.to_device(np.zeros(1), stream=stream)
+        if view == "C":
+            return (cuda.to_device(base, stream=stream), out), out
+        if view == "F":
+            return (cuda.to_device(np.asfortranarray(base), stream=stream), out), out
+        if view == "strided":
+            return (cuda.to_device(base, stream=stream)[::2, 1:, ::2], out), out
+        if view == "transposed":
+            return (cuda.to_device(np.ascontiguousarray(base[:, :, 0]), stream=stream).T,
+                    out), out
+        return (cuda.to_device(np.broadcast_to(base[0, :, 0], (6, 4)).copy(),
+                               stream=stream), out), out
+
+    kernel = sum2 if view in ("transposed", "broadcast") else sum3
+    grid, block = ((2, 2), (4, 4)) if kernel is sum2 else ((2, 2, 2), (4, 4, 4))
+    numba_out, fast_out = both(kernel, grid, block, stream, make)
+    np.testing.assert_array_equal(fast_out, numba_out)
+    assert numba_out[0] != 0
+
+
+@cuda.jit
+def mixed(out, b, i, u, f, c, z):
+    if cuda.grid(1) == 0:
+        out[0] = 1.0 if b else 0.0
+        out[1] = i
+        out[2] = u
+        out[3] = f
+        out[4] = c.real
+        out[5] = c.imag
+        out[6] = z.real
+        out[7] = z.imag
+
+
+@pytest.mark.parametrize("values", [
+    (True, -7, np.uint32(9), 2.5, 1 + 2j, np.complex64(3 - 4j)),
+    (np.bool_(False), np.int16(-3), np.uint64(2**40), np.float32(0.25), np.complex128(-1j),
+     np.complex64(0.5)),
+])
+def test_every_scalar_kind(stream, values):
+    def make():
+        out = cuda.to_device(np.zeros(8), stream=stream)
+        return (out, *values), out
+
+    numba_out, fast_out = both(mixed, 1, 1, stream, make)
+    np.testing.assert_array_equal(fast_out, numba_out)
+
+
+@cuda.jit
+def from_record_and_tuple(rec, pair, out):
+    if cuda.grid(1) == 0:
+        out[0] = rec[0]["a"] + pair[0] + pair[1]
+
+
+def test_kinds_the_fast_path_leaves_to_numba_give_the_same_result(stream):
+    dtype = np.dtype([("a", np.float64), ("b", np.int32)])
+
+    def make():
+        rec = cuda.to_device(np.array([(1.5, 2)], dtype=dtype), stream=stream)
+        out = cuda.to_device(np.zeros(1), stream=stream)
+        return (rec, (2.0, 3.0), out), out
+
+    numba_out, fast_out = both(from_record_and_tuple, 1, 1, stream, make)
+    np.testing.assert_array_equal(fast_out, numba_out)
+    assert fast_out[0] == 6.5
+
+
+class _Interface:
+    """Only __cuda_array_interface__, as a foreign array has it."""
+
+    def __init__(self, dev):
+        self._dev = dev
+        self.__cuda_array_interface__ = dev.__cuda_array_interface__
+
+
+@pytest.mark.driver_only(reason="simulated device arrays have no __cuda_array_interface__")
+def test_objects_with_only_the_array_interface(stream):
+    def make():
+        x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+        out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+        return (_Interface(x), np.float32(2), out), out
+
+    numba_out, fast_out = both(scale_into, 1, 32, stream, make)
+    np.testing.assert_array_equal(fast_out, numba_out)
+
+
+@cuda.jit("void(float32[::1], float32, float32[::1])")
+def explicit(x, a, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] + a
+
+
+def test_explicit_signatures_and_several_overloads(stream):
+    def make(dtype, scalar):
+        def inner():
+            x = cuda.to_device(np.arange(32).astype(dtype), stream=stream)
+            out = cuda.to_device(np.zeros(32, dtype), stream=stream)
+            return (x, scalar, out), out
+        return inner
+
+    numba_out, fast_out = both(explicit, 1, 32, stream, make(np.float32, np.float32(1)))
+    np.testing.assert_array_equal(fast_out, numba_out)
+    for dtype, scalar in ((np.float32, 2.0), (np.int32, 3), (np.float64, np.float64(4))):
+        numba_out, fast_out = both(scale_into, 1, 32, stream, make(dtype, scalar))
+        np.testing.assert_array_equal(fast_out, numba_out)
+
+
+@cuda.jit
+def reverse_block(x, out):
+    tile = cuda.shared.array(0, np.float32)
+    i = cuda.threadIdx.x
+    tile[i] = x[i]
+    cuda.syncthreads()
+    out[i] = tile[cuda.blockDim.x - 1 - i]
+
+
+@pytest.mark.driver_only(reason="Numba's simulator cannot size a dynamic shared array "
+                                  "of a NumPy scalar type")
+def test_dynamic_shared_memory(stream):
+    def make():
+        x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+        out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+        return (x, out), out
+
+    numba_out, fast_out = both(reverse_block, 1, 32, stream, make, shared=32 * 4)
+    np.testing.assert_array_equal(fast_out, numba_out)
+    np.testing.assert_array_equal(fast_out, np.arange(32)[::-1])
+
+
+def test_device_scalars_conditions_and_captures_keep_working(stream):
+    x = cuda.to_device(np.ones(32, np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    a = ng.DeviceScalar(3.0, dtype=np.float32, stream=stream)
+
+    @cuda.jit
+    def scale_by(x, a, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = x[i] * a[0]
+
+    scale_by[1, 32, stream](x, a, out)
+    with ng.capture(stream) as cap:
+        scale_by[1, 32, stream](out, a, out)
+    a.update(2.0)
+    cap.graph.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 6.0)
+    with pytest.raises(ng.HostArrayInCaptureError):
+        with ng.capture(stream):
+            scale_by[1, 32, stream](np.ones(32, np.float32), a, out)
+
+
+def test_a_launch_record_launches_and_rebinds_its_arguments(stream):
+    x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+    y = cuda.to_device(np.full(32, 10, np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    rec = ng.launch_record(scale_into, 1, 32, stream, x, np.float32(2), out)
+    rec.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 2 * np.arange(32))
+    rec.set_arg(0, y)
+    rec.set_arg(-2, np.float32(0.5))
+    rec.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 5.0)
+    with pytest.raises(TypeError, match="compiled for float32"):
+        rec.set_arg(1, 0.5)
+    with pytest.raises(TypeError, match="compiled for array"):
+        rec.set_arg(0, cuda.to_device(np.zeros(32, np.float64)))
+    with pytest.raises(IndexError):
+        rec.set_arg(3, y)
+    assert rec.args[0] is y  # refused calls changed nothing
+    with ng.capture(stream) as cap:
+        rec.launch()
+    rec.set_arg(0, x)        # the graph keeps the arrays it was captured with
+    cap.graph.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 5.0)
+
+
+def test_a_launch_record_refuses_a_bad_configuration(stream):
+    x = cuda.to_device(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="sharedmem"):
+        ng.launch_record(scale_into, 1, 4, stream, x, 1.0, x, sharedmem=-1)
+    with pytest.raises(TypeError):
+        ng.launch_record(lambda: None, 1, 4, stream)
+
+
+@pytest.mark.driver_only(reason="the fast path exists only on the driver")
+def test_the_fast_path_is_taken_for_covered_arguments(stream):
+    from numbagraph.backend import driver_launch
+
+    x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    scale_into[1, 32, stream](x, np.float32(2), out)   # numba compiles it
+    scale_into[1, 32, stream](x, np.float32(2), out)
+    _, ctx = driver_launch._current_context()
+    plans = driver_launch._plans[(scale_into, driver_launch._current_context()[0])]
+    assert any(plan is not None for plan in plans.values())
+    assert active.prepared_launch(scale_into, 1, 32, 0, int(stream.handle),
+                                  (x, np.float32(2), out)) is not None
