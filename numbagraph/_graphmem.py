@@ -37,7 +37,8 @@ CAPTURING, CAPTURED, DISCARDED, CLOSED = range(4)
 class GraphMemory:
     """The allocations of one capture, then of its graph."""
 
-    __slots__ = ("where", "allocations", "phase", "launches", "stream", "callers", "nbytes")
+    __slots__ = ("where", "allocations", "phase", "launches", "stream", "stream_object",
+                 "callers", "nbytes", "closed_by")
 
     def __init__(self, where: str):
         self.where = where  # "the capture on <stream>"
@@ -46,6 +47,11 @@ class GraphMemory:
         # Launches of the graph so far, and the stream of the last one.
         self.launches = 0
         self.stream: int | None = None
+        # The stream object of the last launch, kept so that its handle stays
+        # valid for the frees that follow the graph's close.
+        self.stream_object: Any = None
+        # What closed the graph, when not the user's own close().
+        self.closed_by: str | None = None
         # Launch number -> the graphed call that made it, for stale outputs.
         self.callers: dict[int, str] = {}
         self.nbytes = 0
@@ -125,15 +131,17 @@ def problem(allocation: Allocation, output: Output | None, session: Any,
             f"{what} was allocated by a capture that was discarded, so it never "
             "existed; capture the work again")
     if phase == CLOSED:
+        closed = memory.closed_by or "a graph that has been closed"
         return GraphMemoryError, (
-            f"{what} belonged to a graph that has been closed, which freed it; copy "
-            "results out (ng.copy_into, copy_to_host) before closing the graph")
+            f"{what} belonged to {closed}, which freed it; copy results out "
+            "(ng.copy_into, copy_to_host) while the graph is open")
     if session is not None:
         return GraphMemoryError, (
             f"{what} is memory of another graph (captured on {memory.where}), which "
             "frees it and makes it again at each of its launches, so this capture "
-            "cannot use it. Copy it (ng.copy_into) into an array allocated in this "
-            "capture or made before it")
+            "cannot use it. After that graph's launch, and before this capture "
+            "begins, copy it (ng.copy_into) into an array made outside any capture, "
+            "and use that")
     if memory.launches == 0:
         return GraphMemoryError, (
             f"{what} is memory of a graph (captured on {memory.where}) that has not "

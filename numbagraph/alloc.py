@@ -237,8 +237,9 @@ def free(array: Any) -> None:
     Frees nothing at once: the graph frees the memory each time it runs, in
     the order of its capturing stream. From this point on the array may not
     be used, by the capture's work or, after a replay, on the host. Outside
-    a capture (a function run as written before it is captured) it does
-    nothing: numba frees an array made at once when it is dropped.
+    a capture (a function run as written before it is captured), given an
+    array made at once, it does nothing: numba frees that array when it is
+    dropped.
 
     Parameters
     ----------
@@ -250,8 +251,9 @@ def free(array: Any) -> None:
     Raises
     ------
     GraphMemoryError
-        Inside a capture: ``array`` is not memory this thread's capture
-        allocated (a graph's memory that it does not free is freed at its
+        ``array`` is graph memory whose capture is not running on this
+        thread; or, inside a capture, ``array`` is not memory this thread's
+        capture allocated (a graph's memory that it does not free is freed at its
         next launch or when it is closed), is a view, was freed already, or the call is
         inside a conditional block's body, where CUDA records no free.
         Nothing is recorded.

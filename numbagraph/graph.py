@@ -58,7 +58,8 @@ class _Resources:
         # progress (on any thread), so that waits for no capture to be active.
         release_when_idle(functools.partial(
             _free, executable, keepalive, set(self.launched), owned,
-            None if memory is None else memory.stream))
+            None if memory is None else memory.stream,
+            None if memory is None else memory.stream_object))
 
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
@@ -73,13 +74,14 @@ class _Resources:
 
 
 def _free(executable: Any, keepalive: list, launched: set[int], owned: list = (),
-          last: int | None = None) -> None:
+          last: int | None = None, last_stream: Any = None) -> None:
     """Destroy the executable (CUDA lets a running graph be destroyed: it
     goes once its work ends), free the graph-owned memory its last launch
     (on the stream ``last``) left allocated, in that stream's order, and
     drop the arrays it used. Replays may still run: a memory manager whose
     frees do not wait for the device gets them only once the streams the
-    graph ran on have finished."""
+    graph ran on have finished. ``last_stream``, the object whose handle
+    ``last`` is, is held until the frees are enqueued."""
     if executable is not None:
         executable.close()
     if owned:
@@ -93,13 +95,14 @@ def _free(executable: Any, keepalive: list, launched: set[int], owned: list = ()
     keepalive.clear()
 
 
-def _counting(launch: Any, memory: Any, handle: int) -> Any:
+def _counting(launch: Any, memory: Any, handle: int, stream: Any) -> Any:
     """``launch``, counting the launches of a graph that owns memory: its
-    memory exists from the first, and each makes it again."""
+    memory exists from the first, and each makes it again. The stream of
+    the last launch is kept: the graph's memory is freed in its order."""
     def counted() -> None:
         launch()
         memory.launches += 1
-        memory.stream = handle
+        memory.stream, memory.stream_object = handle, stream
 
     return counted
 
@@ -220,7 +223,8 @@ class CapturedGraph:
             launch = self._instantiated().launcher(handle)
             memory = self._res.memory
             if memory is not None:
-                launch = _counting(launch, memory, handle)
+                launch = _counting(launch, memory, handle,
+                                   self._stream if stream is None else stream)
             self._launchers[handle] = launch
             self._res.launched.add(handle)
         launch()

@@ -25,7 +25,7 @@ from ._registry import sessions as _captures
 from .backend import active as _backend
 from .backend.interface import Move
 from .capture import capture
-from .errors import AllocationInCaptureError, GraphedError, GraphedWarning
+from .errors import AllocationInCaptureError, GraphedError, GraphedWarning, GraphMemoryError
 from .graph import CapturedGraph
 from .scalar import DeviceScalar
 
@@ -232,6 +232,29 @@ _SEEN = 4
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
 
+def _close(entry: _Entry, why: str) -> None:
+    """Close an entry's graph, saying why to the results that outlive it."""
+    memory = entry.graph._res.memory
+    if memory is not None:
+        memory.closed_by = why
+    entry.graph.close()
+
+
+def _refuse_graph_memory(values: tuple, names: Any, name: str) -> None:
+    """A graph keeps the arrays it is given from call to call: graph memory,
+    which its own graph frees and makes again, cannot be one of them."""
+    memory_of = _backend.graph_memory_of
+    for i, value in enumerate(values):
+        found = memory_of(value)
+        if found is not None:
+            raise GraphMemoryError(
+                f"argument {names(i)} of {name}() is {found[0].what}: memory of a "
+                "graph, which that graph frees and makes again at each of its "
+                "launches, so a graphed function cannot hold it from call to call. "
+                "Copy it (ng.copy_into) into an array made outside any capture and "
+                "pass that")
+
+
 class GraphedFunction:
     """A function replayed as a CUDA graph; made by [graphed][numbagraph.graphed.graphed].
 
@@ -312,6 +335,8 @@ class GraphedFunction:
 
     def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict, keys: tuple,
               values: tuple) -> Any:
+        if _graphmem.held[0]:
+            _refuse_graph_memory(values, lambda i: _name_of(i, len(args), keys), self._name)
         sig, spans = self._signature(cache, values, len(args), keys)
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
@@ -419,7 +444,8 @@ class GraphedFunction:
         cache.captures += 1
         if len(cache.entries) > self._max:
             old_sig, old = cache.entries.popitem(last=False)
-            old.graph.close()
+            _close(old, f"the graph of {self._name}() for a signature its cache evicted "
+                        f"(max_graphs={self._max})")
             cache.evictions += 1
             warnings.warn(
                 f"{self._name}() captured a graph for a new signature and closed the "
@@ -489,7 +515,7 @@ class GraphedFunction:
         for cache in caches:
             with cache.lock:
                 for entry in cache.entries.values():
-                    entry.graph.close()
+                    _close(entry, f"the graph of {self._name}() that clear() closed")
                 cache.entries.clear()
                 cache.last_entry = cache.last_values = None
 

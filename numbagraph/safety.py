@@ -252,10 +252,16 @@ def graph_allocation_session(handle: int | None, operation: str) -> Any:
 
 
 def graph_allocate(session: Any, shape: tuple[int, ...], dtype: np.dtype, stream: Any,
-                   operation: str) -> Any:
-    """A C-contiguous device array of ``shape`` and ``dtype``, allocated by
-    the capture ``session`` as memory of its graph, for ``stream`` (the
-    capturing stream's numba stream when 0)."""
+                   operation: str, order: str = "C") -> Any:
+    """A C- (or, with ``order="F"``, Fortran-) contiguous device array of
+    ``shape`` and ``dtype``, allocated by the capture ``session`` as memory
+    of its graph, for ``stream`` (the capturing stream's numba stream when
+    0)."""
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{operation}: shape {shape} has a negative dimension")
+    if dtype.hasobject:
+        raise TypeError(f"{operation}: dtype {dtype} holds Python objects, which "
+                        "device memory cannot")
     if session.block is not None:
         raise GraphMemoryError(
             f"{operation} cannot allocate inside {session.block}: CUDA forbids "
@@ -269,29 +275,35 @@ def graph_allocate(session: Any, shape: tuple[int, ...], dtype: np.dtype, stream
     allocation = _graphmem.Allocation(memory, max(nbytes, 1), what)
     if not stream and isinstance(session.stream, _backend.STREAM_TYPE):
         stream = session.stream
-    dev = _backend.graph_allocate(session.handle, shape, dtype, stream, allocation)
+    dev = _backend.graph_allocate(session.handle, shape, dtype, stream, allocation, order)
     allocation.array = weakref.ref(dev)
     memory.add(allocation)
     return dev
 
 
-def check_graph_memory(values: Any, handle: int | None, operation: str,
+def check_graph_memory(values: Any, handle: int | None, operation: Any,
                        host: bool = False) -> None:
-    """Refuse ``operation`` when one of ``values`` is graph-owned memory that
-    does not exist for it: work enqueued on the stream ``handle`` (recorded
-    if it captures), or, with ``host``, a host access. Call only while
-    ``_graphmem.held[0]``."""
+    """Refuse ``operation`` (a string, or a kernel whose launch it is) when
+    one of ``values`` (or of the tuples among them) is graph-owned memory
+    that does not exist for it: work enqueued on the stream ``handle``
+    (recorded if it captures), or, with ``host``, a host access. Call only
+    while ``_graphmem.held[0]``."""
     memory_of = _backend.graph_memory_of
     session = None
     if _sessions and not host and handle is not None:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
     for value in values:
+        if type(value) in (tuple, list):
+            check_graph_memory(value, handle, operation, host)
+            continue
         found = memory_of(value)
         if found is None:
             continue
         refused = _graphmem.problem(found[0], found[1], session, host)
         if refused is not None:
             cls, why = refused
+            if not isinstance(operation, str):
+                operation = f"launching {_kernel_name(operation)}"
             raise cls(f"{operation}: {why}")
 
 
@@ -617,7 +629,7 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
         if kind in wrappers:
             wrapped = True
     if _held[0]:
-        check_graph_memory(args, handle, f"launching {_kernel_name(kernel)}")
+        check_graph_memory(args, handle, kernel)
     if _sessions:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
         if (check or handle in LEGACY_DEFAULT_HANDLES
@@ -753,12 +765,12 @@ def _graph_device_array(shape: Any, dtype: Any = np.float64, strides: Any = None
     if session is None:
         return None
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if strides is not None or order != "C":
+    if strides is not None or order not in ("C", "F"):
         raise GraphMemoryError(
-            f"{operation} inside a capture makes C-contiguous arrays only, with no "
-            "strides given; allocate it with order='C' and take a transposed view")
+            f"{operation} inside a capture makes C- or F-contiguous arrays, with no "
+            "strides given; allocate one and take a strided view of it")
     return graph_allocate(session, tuple(int(d) for d in shape), np.dtype(dtype), stream,
-                          operation)
+                          operation, order)
 
 
 def _graph_device_array_like(ary: Any, stream: Any = 0) -> Any:
@@ -766,7 +778,11 @@ def _graph_device_array_like(ary: Any, stream: Any = 0) -> Any:
     session = graph_allocation_session(_handle(stream), operation)
     if session is None:
         return None
-    return graph_allocate(session, tuple(ary.shape), np.dtype(ary.dtype), stream, operation)
+    # numba makes an F-contiguous array like an F-contiguous one, else C.
+    flags = getattr(ary, "flags", None)
+    fortran = (flags is not None and flags["F_CONTIGUOUS"] and not flags["C_CONTIGUOUS"])
+    return graph_allocate(session, tuple(ary.shape), np.dtype(ary.dtype), stream, operation,
+                          "F" if fortran else "C")
 
 
 def _memory_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> None:

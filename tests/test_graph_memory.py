@@ -390,3 +390,59 @@ def test_a_graphed_function_may_not_return_memory_it_freed(stream, out):
 
     with pytest.raises(ng.GraphedError, match="did not free"):
         step(out)
+
+
+def test_a_graphed_function_refuses_graph_memory_as_an_argument(stream, out):
+    @ng.graphed(stream=stream, warmup=0)
+    def make(x):
+        result = ng.empty(N, np.float32, stream=stream)
+        add[2, 32, stream](x, x, result)
+        return result
+
+    @ng.graphed(stream=stream, warmup=0)
+    def use(y, o):
+        add[2, 32, stream](y, y, o)
+
+    y = make(out)
+    other = cuda.device_array(N, np.float32, stream=stream)
+    use(other, out)
+    for given in (y, y[:N], (y,)[0]):
+        with pytest.raises(ng.GraphMemoryError, match="argument 0 of use"):
+            use(given, out)
+    with pytest.raises(ng.GraphMemoryError, match="argument 0 of make"):
+        make(y)
+    kept = cuda.device_array(N, np.float32, stream=stream)
+    ng.copy_into(y, kept, stream=stream)
+    use(kept, out)            # a copy made outside any capture is fine
+    make.clear()
+    with pytest.raises(ng.GraphMemoryError, match="clear"):
+        host(y, stream)
+
+
+@cuda.jit
+def add_pair(pair, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = pair[0][i] + pair[1][i]
+
+
+def test_arrays_inside_tuple_arguments_are_checked(stream, out):
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(N, np.float32, stream=stream)
+        fill[2, 32, stream](tmp, 1.0)
+    with pytest.raises(ng.GraphMemoryError, match="not been launched"):
+        add_pair[2, 32, stream]((tmp, tmp), out)
+    cap.graph.launch()
+    add_pair[2, 32, stream]((tmp, tmp), out)
+    np.testing.assert_array_equal(host(out, stream), 2 * (1.0 + np.arange(N)))
+
+
+def test_device_array_like_keeps_a_fortran_layout_and_bad_shapes_are_refused(stream, out):
+    like = np.asfortranarray(np.zeros((4, 8), np.float32))
+    with ng.capture(stream) as cap:
+        made = cuda.device_array_like(like, stream=stream)
+        with pytest.raises(ValueError, match="negative"):
+            cuda.device_array(-5, np.float32, stream=stream)
+        fill[2, 32, stream](out, 0.0)
+    assert made.strides == cuda.device_array_like(like, stream=stream).strides
+    assert cap.graph.memory_bytes == 4 * 8 * 4

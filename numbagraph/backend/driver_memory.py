@@ -40,11 +40,13 @@ class GraphPointer(_numba_driver.MemoryPointer):
 
 
 def graph_allocate(handle: int, shape: tuple[int, ...], dtype: np.dtype, stream: Any,
-                   allocation: Any) -> Any:
+                   allocation: Any, order: str) -> Any:
     nbytes = allocation.nbytes
     pointer = int(check("cuMemAllocAsync", cu.cuMemAllocAsync(nbytes, handle)))
     allocation.pointer = pointer
     strides = _c_strides(shape, dtype.itemsize)
+    if order == "F":
+        strides = tuple(reversed(_c_strides(tuple(reversed(shape)), dtype.itemsize)))
     return _devicearray.DeviceNDArray(
         shape, strides, dtype, stream=stream,
         gpu_data=GraphPointer(_numba_context(), pointer, nbytes, allocation))
@@ -63,13 +65,19 @@ def graph_free(handle: int, dev: Any, allocation: Any) -> None:
 
 
 def graph_memory_of(value: Any) -> tuple[Any, Any] | None:
-    data = getattr(value, "gpu_data", None)
-    if data is None:
-        return None
-    # A view's memory is an OwnedPointer whose owner is the pointer viewed.
-    owner = data if type(data) is GraphPointer else getattr(data, "owner", None)
-    if type(owner) is GraphPointer:
-        return owner.allocation, owner.output
+    for _ in range(4):
+        data = getattr(value, "gpu_data", None)
+        if data is None:
+            return None
+        # A view's memory is an OwnedPointer whose owner is the pointer
+        # viewed; an array made from another's __cuda_array_interface__
+        # (cuda.as_cuda_array) is owned by that array.
+        owner = data if type(data) is GraphPointer else getattr(data, "owner", None)
+        if type(owner) is GraphPointer:
+            return owner.allocation, owner.output
+        if owner is None or owner is data or owner is value:
+            return None
+        value = owner
     return None
 
 
@@ -86,7 +94,8 @@ def release_graph_memory(allocations: Sequence[Any], handle: int | None) -> None
             err, = cu.cuMemFreeAsync(allocation.pointer, handle)
             if err == cu.CUresult.CUDA_SUCCESS:
                 continue
-        # The stream it last ran on is gone: its work has ended.
+        # The stream refused the free (destroyed outside numba): free once
+        # the device is idle; a failure here leaves nothing to undo.
         cu.cuMemFree(allocation.pointer)
 
 

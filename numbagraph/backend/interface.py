@@ -275,11 +275,12 @@ class Backend(Protocol):
     # ------------------------------------------------------------ graph memory
 
     def graph_allocate(self, handle: int, shape: tuple[int, ...], dtype: np.dtype,
-                       stream: Any, allocation: Any) -> Any:
+                       stream: Any, allocation: Any, order: str) -> Any:
         """Record an allocation of ``allocation.nbytes`` bytes into the
-        stream's capture and return a C-contiguous device array of ``shape``
-        and ``dtype`` over it (made for ``stream``), which
-        :meth:`graph_memory_of` knows as ``allocation``'s."""
+        stream's capture and return a device array of ``shape`` and
+        ``dtype`` over it, contiguous in ``order`` ("C" or "F"), made for
+        ``stream``, which :meth:`graph_memory_of` knows as
+        ``allocation``'s."""
 
     def graph_free(self, handle: int, dev: Any, allocation: Any) -> None:
         """Record the free of ``allocation`` (``dev`` is its array) into the

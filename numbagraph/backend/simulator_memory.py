@@ -48,7 +48,8 @@ def _count(change: int) -> None:
 
 
 def _poison(buffer: np.ndarray) -> None:
-    buffer.view(np.uint8).reshape(-1)[...] = 0xFF
+    # In memory order: a view of the whole buffer, C- or F-contiguous.
+    np.ravel(buffer, order="K").view(np.uint8)[...] = 0xFF
 
 
 def _make(buffer: np.ndarray, allocation: Any) -> None:
@@ -68,8 +69,8 @@ def _unmake(buffer: np.ndarray, allocation: Any) -> None:
 
 
 def graph_allocate(handle: int, shape: tuple[int, ...], dtype: np.dtype, stream: Any,
-                   allocation: Any) -> Any:
-    buffer = np.empty(shape, dtype)
+                   allocation: Any, order: str) -> Any:
+    buffer = np.empty(shape, dtype, order=order)
     _poison(buffer)
     _own(buffer, allocation, None)
     _recordings[capture_key(handle)].nodes.append(functools.partial(_make, buffer, allocation))

@@ -16,7 +16,6 @@ before capturing it and this never happens.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -26,7 +25,7 @@ from .. import _registry
 from ..backend import active as _backend
 from ..errors import OpError
 from ..alloc import free
-from ..safety import allocation_allowed, graph_allocate
+from ..safety import allocation_allowed, graph_allocate, graph_allocation_session
 from . import _launch, _reduce_kernels as _rk
 from ._operands import ARITHMETIC, FLOATS, check_disjoint, check_dtype, device_array, flat
 
@@ -81,11 +80,11 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     if arrays is not None:
         return arrays
     size = _max_parts()
-    session = _registry.on(handle) if _registry.sessions else None
-    if session is not None and session.thread is threading.current_thread():
+    what = "a reduction's scratch"
+    session = graph_allocation_session(handle, what) if handle else None
+    if session is not None:
         if session.block is not None:
             return None
-        what = "a reduction's scratch"
         return (graph_allocate(session, (size,), dtype, 0, what),
                 graph_allocate(session, (size,), np.dtype(np.int64), 0, what)
                 if with_index else None)
