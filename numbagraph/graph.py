@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 from . import _graphmem, _rebind, _registry
 from ._registry import release_when_idle
@@ -73,7 +73,7 @@ class _Resources:
             return
 
 
-def _free(executable: Any, keepalive: list, launched: set[int], owned: list = (),
+def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[Any] = (),
           last: int | None = None, last_stream: Any = None) -> None:
     """Destroy the executable (CUDA lets a running graph be destroyed: it
     goes once its work ends), free the graph-owned memory its last launch
