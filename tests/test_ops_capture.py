@@ -95,26 +95,27 @@ def test_captured_copy_of_a_whole_array_copies_its_current_contents(stream):
 def test_ops_launch_through_their_planned_layout_and_other_kernels_through_numba(stream):
     from numba.cuda import types
 
-    from numbagraph.backend import driver
+    from numbagraph.backend import driver_launch
     from numbagraph.safety import on_launch
 
     x = cuda.to_device(host(N))
     out = ng.empty(N, np.float32)
     ng.add_into(x, 1.0, out, stream=stream)
-    planned = [plan for plan in driver._plans.values() if plan is not None]
+    planned = [plans for plans in driver_launch._plans.values() if plans]
     assert planned, "an op's kernel was launched without its planned layout"
 
-    # A kernel with an argument no packer handles launches through numba.
-    @cuda.jit(types.void(types.complex64[::1], types.complex64))
+    # A kernel with an argument no packer handles (a tuple) launches through numba.
+    @cuda.jit(types.void(types.complex64[::1], types.UniTuple(types.float32, 2)))
     def shift(z, by):
         i = cuda.grid(1)
         if i < z.size:
-            z[i] += by
+            z[i] += complex(by[0], by[1])
 
     z = cuda.to_device(np.zeros(N, np.complex64))
-    driver.launch(shift, 1, N, int(stream.handle), (z, np.complex64(1 + 2j)), on_launch)
+    by = (np.float32(1), np.float32(2))
+    driver_launch.launch(shift, 1, N, int(stream.handle), (z, by), on_launch)
     np.testing.assert_array_equal(z.copy_to_host(stream=stream), np.complex64(1 + 2j))
-    assert driver._plans[(shift, int(cuda.current_context().handle))] is None
+    assert not driver_launch._plans.get((shift, int(cuda.current_context().handle)))
 
 
 def test_device_scalar_operand_updated_between_replays_changes_the_result(stream):

@@ -287,7 +287,8 @@ def in_kernel() -> bool:
 
 def compile_kernel(dispatcher: Any, args: tuple) -> None:
     """numba's compile for a signature, typed as a launch types its arguments."""
-    dispatcher.compile(argument_types(dispatcher, args))
+    types = argument_types(dispatcher, args)  # checks the kernel first
+    dispatcher.compile(types)
 
 
 def argument_types(dispatcher: Any, args: tuple) -> tuple:

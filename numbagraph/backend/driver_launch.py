@@ -27,11 +27,13 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import os
+import struct
+import threading
 import warnings
 from typing import Any, Callable
 
 import numpy as np
-from cuda.core import LaunchConfig, launch as _core_launch
+from cuda.bindings import driver as cu
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher
 from numba.cuda.np import numpy_support
@@ -39,7 +41,8 @@ from numba.cuda.np import numpy_support
 from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
 
-from .driver import _core_stream, _current_context
+from .driver import _current_context
+from .driver_base import DriverError
 from .interface import LaunchHook, Patch
 
 # numba-cuda versions whose argument layout and dispatch the fast path
@@ -73,43 +76,92 @@ FAST = _enabled()
 
 # ---------------------------------------------------------------- packing
 
-def _array_packer(value: Any, out: list) -> None:
-    # numba's array argument: meminfo, parent, size, itemsize, data, shape, strides.
+# Each kernel parameter numba passes, as a struct code: an array is meminfo,
+# parent, size, itemsize, data, shape, strides (numba's _prepare_args); a
+# scalar is its value (a float16 as its bits, a complex as two floats).
+
+def _array_values(value: Any, out: list) -> None:
     out += (0, 0, value.size, value.dtype.itemsize, value.device_ctypes_pointer.value or 0,
             *value.shape, *value.strides)
 
 
-def _scalar_packer(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
+def _plain(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
     return lambda value, out: out.append(convert(value))
 
 
-def _complex_packer(part: Any) -> Callable[[Any, list], None]:
-    def pack(value: Any, out: list) -> None:
-        value = complex(value)
-        out += (part(value.real), part(value.imag))
-
-    return pack
+def _complex(value: Any, out: list) -> None:
+    value = complex(value)
+    out += (value.real, value.imag)
 
 
-_SCALAR_PACKERS: dict[Any, Callable[[Any, list], None]] = {
-    **{getattr(numba_types, name): _scalar_packer(getattr(ctypes, f"c_{name}"))
-       for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
-    numba_types.float16: _scalar_packer(
-        lambda v: ctypes.c_uint16(int(np.float16(v).view(np.uint16)))),
-    numba_types.float32: _scalar_packer(ctypes.c_float),
-    numba_types.float64: _scalar_packer(ctypes.c_double),
-    numba_types.boolean: _scalar_packer(bool),
-    numba_types.complex64: _complex_packer(ctypes.c_float),
-    numba_types.complex128: _complex_packer(ctypes.c_double),
+def _half_bits(value: Any) -> int:
+    return int(np.float16(value).view(np.uint16))
+
+
+_SCALARS: dict[Any, tuple[str, Callable[[Any, list], None]]] = {
+    **{getattr(numba_types, name): (code, _plain(int)) for name, code in (
+        ("int8", "b"), ("int16", "h"), ("int32", "i"), ("int64", "q"),
+        ("uint8", "B"), ("uint16", "H"), ("uint32", "I"), ("uint64", "Q"))},
+    numba_types.float16: ("H", _plain(_half_bits)),
+    numba_types.float32: ("f", _plain(float)),
+    numba_types.float64: ("d", _plain(float)),
+    numba_types.boolean: ("?", _plain(bool)),
+    numba_types.complex64: ("ff", _complex),
+    numba_types.complex128: ("dd", _complex),
 }
 
 
-def packer(ty: Any) -> Callable[[Any, list], None] | None:
-    """How a value of the numba type ``ty`` is packed, or None when it is not
-    a kind the fast path packs."""
+def layout_of(ty: Any) -> tuple[str, Callable[[Any, list], None]] | None:
+    """(struct codes of its parameters, packer) of a value of the numba type
+    ``ty``, or None when it is not a kind the fast path packs."""
     if isinstance(ty, numba_types.Array):
-        return _array_packer if ty.ndim > 0 else None
-    return _SCALAR_PACKERS.get(ty)
+        return ("qqqqQ" + "q" * (2 * ty.ndim), _array_values) if ty.ndim > 0 else None
+    return _SCALARS.get(ty)
+
+
+class Plan:
+    """How a kernel's arguments of one key are launched: the function, the
+    packers, and the parameter buffer's layout (each parameter at its own
+    alignment, as the driver reads ``kernelParams``). Each thread packs into
+    its own buffer; the driver copies the parameters as the launch call
+    returns."""
+
+    __slots__ = ("function", "packers", "_struct", "_offsets", "_buffers")
+
+    def __init__(self, function: Any, layouts: list[tuple[str, Callable]]):
+        self.function = function
+        self.packers = [pack for _, pack in layouts]
+        codes = "".join(code for code, _ in layouts)
+        self._struct = struct.Struct("@" + codes)
+        offsets, offset = [], 0
+        for code in codes:
+            size = struct.calcsize(code)
+            offset = -(-offset // size) * size
+            offsets.append(offset)
+            offset += size
+        self._offsets = offsets
+        self._buffers: dict[int, tuple[Any, Any, int]] = {}
+
+    def _buffer(self) -> tuple[Any, Any, int]:
+        buffer = ctypes.create_string_buffer(max(self._struct.size, 1))
+        base = ctypes.addressof(buffer)
+        pointers = (ctypes.c_void_p * max(len(self._offsets), 1))(
+            *[base + offset for offset in self._offsets])
+        if len(self._buffers) > 64:
+            self._buffers.clear()
+        entry = self._buffers[threading.get_ident()] = (
+            buffer, pointers, ctypes.addressof(pointers))
+        return entry
+
+    def pack(self, args: tuple) -> int:
+        """Pack ``args`` into this thread's buffer; the ``kernelParams``
+        address."""
+        values: list = []
+        for pack, value in zip(self.packers, args):
+            pack(value, values)
+        entry = self._buffers.get(threading.get_ident()) or self._buffer()
+        self._struct.pack_into(entry[0], 0, *values)
+        return entry[2]
 
 
 # ---------------------------------------------------------------- keys
@@ -155,13 +207,14 @@ def key_of(args: tuple) -> tuple | None:
 
 # ---------------------------------------------------------------- plans
 
-# (dispatcher, context handle) -> {key: (cuda.core kernel, packers) or None}
-_plans: dict[tuple[Any, int], dict[tuple, Any]] = {}
+# (dispatcher, context handle) -> {key: Plan}
+_plans: dict[tuple[Any, int], dict[tuple, Plan]] = {}
 
 
-def _plan(dispatcher: Any, args: tuple, key: tuple) -> tuple | None:
-    """(cuda.core kernel, packers) of the overload compiled for exactly the
-    numba types of ``args``, or None."""
+def _plan(dispatcher: Any, args: tuple, trusted: bool) -> Plan | None:
+    """The plan of the overload compiled for exactly the numba types of
+    ``args`` (or, when ``trusted``, an op whose operands were checked, of
+    its one overload), or None."""
     if (dispatcher.extensions or getattr(dispatcher, "_launch_config_sensitive", False)
             or getattr(dispatcher, "specialized", False)):
         return None
@@ -170,16 +223,20 @@ def _plan(dispatcher: Any, args: tuple, key: tuple) -> tuple | None:
     except Exception:  # noqa: BLE001  numba reports untypeable arguments itself
         return None
     kernel = dispatcher.overloads.get(types)
+    if kernel is None and trusted and len(dispatcher.overloads) == 1:
+        kernel = next(iter(dispatcher.overloads.values()))
     if kernel is None or kernel.debug or kernel.cooperative or getattr(
             kernel, "launch_config_sensitive", False):
         return None
-    packers = [packer(ty) for ty in kernel.argument_types]
-    if None in packers or len(packers) != len(args):
+    layouts = [layout_of(ty) for ty in kernel.argument_types]
+    if None in layouts or len(layouts) != len(args):
         return None
-    return kernel._codelibrary.get_cufunc().kernel, packers
+    handle = kernel._codelibrary.get_cufunc().handle
+    # A library's kernel is launched as a function (CUDA 12 and later).
+    return Plan(cu.CUfunction(int(handle)), layouts)  # type: ignore[arg-type]
 
 
-def plan_for(dispatcher: Any, args: tuple, ctx_key: int) -> tuple | None:
+def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False) -> Plan | None:
     """The launch plan for ``args``, worked out once per key; None when numba
     must launch it (a signature not compiled yet is looked up again)."""
     key = key_of(args)
@@ -190,33 +247,52 @@ def plan_for(dispatcher: Any, args: tuple, ctx_key: int) -> tuple | None:
         if len(_plans) > 4096:
             _plans.clear()
         plans = _plans[(dispatcher, ctx_key)] = {}
-    plan = plans.get(key, False)
-    if plan is False:
-        plan = _plan(dispatcher, args, key)
+    plan = plans.get(key)
+    if plan is None:
+        plan = _plan(dispatcher, args, trusted)
         if plan is not None:
             plans[key] = plan
     return plan
 
 
-_configs: dict[tuple, LaunchConfig] = {}
+def _dim3(dim: Any) -> tuple[int, int, int]:
+    dims = tuple(int(d) for d in dim) if isinstance(dim, tuple) else (int(dim),)
+    return (dims + (1, 1, 1))[:3]  # type: ignore[return-value]
 
 
-def config_for(grid: Any, block: Any, shared: int) -> LaunchConfig:
+_dims: dict[tuple, tuple] = {}
+
+
+def dims_for(grid: Any, block: Any, shared: int) -> tuple:
+    """(grid x, y, z, block x, y, z, shared bytes) for cuLaunchKernel."""
     key = (grid, block, shared)
-    config = _configs.get(key)
-    if config is None:
-        if len(_configs) > 4096:
-            _configs.clear()
-        config = _configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared)
-    return config
+    dims = _dims.get(key)
+    if dims is None:
+        if len(_dims) > 4096:
+            _dims.clear()
+        dims = _dims[key] = (*_dim3(grid), *_dim3(block), int(shared))
+    return dims
 
 
-def launch_packed(plan: tuple, args: tuple, handle: int, ctx: Any, config: LaunchConfig) -> None:
-    kernel, packers = plan
-    packed: list = []
-    for pack, value in zip(packers, args):
-        pack(value, packed)
-    _core_launch(_core_stream(handle, ctx), config, kernel, *packed)
+_streams: dict[int, Any] = {}
+
+
+def _stream(handle: int) -> Any:
+    stream = _streams.get(handle)
+    if stream is None:
+        if len(_streams) > 1024:
+            _streams.clear()
+        stream = _streams[handle] = cu.CUstream(handle)
+    return stream
+
+
+def launch_packed(plan: Plan, args: tuple, handle: int, dims: tuple) -> None:
+    err, = _launch_kernel(plan.function, *dims, _stream(handle), plan.pack(args), 0)
+    if err:
+        raise DriverError("cuLaunchKernel", err)
+
+
+_launch_kernel = cu.cuLaunchKernel
 
 
 # ---------------------------------------------------------------- kernel[...]
@@ -227,13 +303,12 @@ class _Launch:
     configuration (its checks and warnings ran), the stream's handle, and
     cuda.core's launch configuration."""
 
-    __slots__ = ("numba", "handle", "config")
+    __slots__ = ("numba", "handle", "dims")
 
     def __init__(self, numba: Any):
         self.numba = numba
         self.handle = int(numba.stream.handle)
-        self.config = config_for(tuple(numba.griddim), tuple(numba.blockdim),
-                                 int(numba.sharedmem))
+        self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
 
 
 class FastConfiguration:
@@ -268,11 +343,10 @@ class FastConfiguration:
             config.pre_launch_callbacks.extend(self._callbacks)
             return config(*args)
         args = _on_launch[0](launch.handle, dispatcher, args)
-        ctx_key, ctx = _current_context()
-        plan = plan_for(dispatcher, args, ctx_key)
+        plan = plan_for(dispatcher, args, _current_context()[0])
         if plan is None:
             return _numba_call[0](dispatcher, args, launch.numba)
-        launch_packed(plan, args, launch.handle, ctx, launch.config)
+        launch_packed(plan, args, launch.handle, launch.dims)
         return None
 
 
@@ -346,10 +420,9 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
     ``on_launch`` applied as to every launch."""
     args = on_launch(handle, dispatcher, args)
-    ctx_key, ctx = _current_context()
-    plan = plan_for(dispatcher, args, ctx_key)
+    plan = plan_for(dispatcher, args, _current_context()[0], trusted=True)
     if plan is not None:
-        launch_packed(plan, args, handle, ctx, config_for(grid, block, 0))
+        launch_packed(plan, args, handle, dims_for(grid, block, 0))
         return
     stream = _fallback_streams.get(handle)
     if stream is None:
@@ -361,19 +434,26 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
 
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
                     args: tuple) -> Callable[[], None] | None:
-    ctx_key, ctx = _current_context()
-    plan = plan_for(dispatcher, args, ctx_key)
+    plan = plan_for(dispatcher, args, _current_context()[0])
     if plan is None:
         return None
-    kernel, packers = plan
-    packed: list = []
-    for pack, value in zip(packers, args):
-        pack(value, packed)
-    config = config_for(grid, block, shared)
-    stream = _core_stream(handle, ctx)
-    packed_args = tuple(packed)
+    # The record's own packing, made once: the driver reads it at each launch.
+    values: list = []
+    for pack, value in zip(plan.packers, args):
+        pack(value, values)
+    buffer = ctypes.create_string_buffer(max(plan._struct.size, 1))
+    plan._struct.pack_into(buffer, 0, *values)
+    base = ctypes.addressof(buffer)
+    pointers = (ctypes.c_void_p * max(len(plan._offsets), 1))(
+        *[base + offset for offset in plan._offsets])
+    call = (plan.function, *dims_for(grid, block, shared), _stream(handle),
+            ctypes.addressof(pointers), 0)
+    launch_kernel = _launch_kernel
 
     def launch() -> None:
-        _core_launch(stream, config, kernel, *packed_args)
+        err, = launch_kernel(*call)
+        if err:
+            raise DriverError("cuLaunchKernel", err)
 
+    launch.keep = (buffer, pointers)  # type: ignore[attr-defined]
     return launch
