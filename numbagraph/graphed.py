@@ -294,11 +294,16 @@ class GraphedFunction:
                     "passes one: call it with stream=s (it is passed on to the "
                     "function), or graph it with ng.graphed(stream=s)")
             handle = _backend.stream_handle(stream)
-        if _captures and _registry.on(handle) is not None:
-            # Inside a capture on its stream: the launches join that capture.
-            cache = self._cache(handle)
-            cache.eager += 1
-            return self._fn(*args, **kwargs)
+        if _captures:
+            session = _registry.on(handle)
+            if session is not None and session.thread is threading.current_thread():
+                # Inside this thread's capture on its stream: the launches
+                # join that capture. Another thread's capture on the stream
+                # (this function capturing there) is waited for below, under
+                # the stream's lock, so that its launches stay out of it.
+                cache = self._cache(handle)
+                cache.eager += 1
+                return self._fn(*args, **kwargs)
         keys: tuple = ()
         values = args
         if kwargs:
