@@ -207,16 +207,16 @@ def key_of(args: tuple) -> tuple | None:
 
 # ---------------------------------------------------------------- plans
 
-# (dispatcher, context handle) -> {key: Plan}
-_plans: dict[tuple[Any, int], dict[tuple, Plan]] = {}
+# (dispatcher, context handle) -> {key: its Plan, or, when there is none,
+# how many overloads the kernel had when that was found}
+_plans: dict[tuple[Any, int], dict[tuple, Plan | int]] = {}
 
 
 def _plan(dispatcher: Any, args: tuple, trusted: bool) -> Plan | None:
     """The plan of the overload compiled for exactly the numba types of
     ``args`` (or, when ``trusted``, an op whose operands were checked, of
     its one overload), or None."""
-    if (dispatcher.extensions or getattr(dispatcher, "_launch_config_sensitive", False)
-            or getattr(dispatcher, "specialized", False)):
+    if dispatcher.extensions or getattr(dispatcher, "_launch_config_sensitive", False):
         return None
     try:
         types = tuple(dispatcher.typeof_pyval(value) for value in args)
@@ -248,11 +248,15 @@ def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False) 
             _plans.clear()
         plans = _plans[(dispatcher, ctx_key)] = {}
     plan = plans.get(key)
-    if plan is None:
-        plan = _plan(dispatcher, args, trusted)
-        if plan is not None:
-            plans[key] = plan
-    return plan
+    if type(plan) is Plan:
+        return plan
+    # Looked up before: look again only once numba has compiled another
+    # overload (a launch through numba compiles one for these types).
+    if plan is not None and plan == len(dispatcher.overloads):
+        return None
+    found = _plan(dispatcher, args, trusted)
+    plans[key] = found if found is not None else len(dispatcher.overloads)
+    return found
 
 
 def _dim3(dim: Any) -> tuple[int, int, int]:
