@@ -40,8 +40,11 @@ class LaunchRecord:
         self._kernel, self._grid, self._block = kernel, griddim, blockdim
         self._stream, self._shared = stream, sharedmem
         self._types = _backend.argument_types(kernel, stand_ins)
-        # Validates the configuration as numba does, once.
+        # Validates the configuration as numba does, once; its normalised
+        # dimensions are the ones launched.
         self._configured = kernel[griddim, blockdim, stream, sharedmem]
+        self._grid = getattr(self._configured, "griddim", griddim)
+        self._block = getattr(self._configured, "blockdim", blockdim)
         self._args = tuple(args)
         self._prepare()
 

@@ -299,7 +299,9 @@ def argument_types(dispatcher: Any, args: tuple) -> tuple:
     types = []
     for i, arg in enumerate(args):
         try:
-            ty = dispatcher.typeof_pyval(arg)
+            # A launch types every Python int as int64 (numba's C dispatcher),
+            # where typeof would make a large one uint64.
+            ty = numba_types.int64 if type(arg) is int else dispatcher.typeof_pyval(arg)
         except Exception:  # noqa: BLE001  numba's typing errors vary by version
             ty = None
         if ty is None or ty == numba_types.pyobject:

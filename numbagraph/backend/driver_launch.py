@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 from cuda.bindings import driver as cu
 from numba.cuda import types as numba_types
-from numba.cuda.dispatcher import CUDADispatcher
+from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 from numba.cuda.np import numpy_support
 
 from numba import cuda
@@ -123,13 +123,13 @@ class Plan:
     """How a kernel's arguments of one key are launched: the function, the
     packers, and the parameter buffer's layout (each parameter at its own
     alignment, as the driver reads ``kernelParams``). Each thread packs into
-    its own buffer; the driver copies the parameters as the launch call
-    returns."""
+    its own buffer, which lives as long as the thread; the driver copies the
+    parameters before the launch call returns."""
 
-    __slots__ = ("function", "packers", "_struct", "_offsets", "_buffers")
+    __slots__ = ("kernel", "function", "packers", "_struct", "_offsets", "_local")
 
-    def __init__(self, function: Any, layouts: list[tuple[str, Callable]]):
-        self.function = function
+    def __init__(self, kernel: Any, function: Any, layouts: list[tuple[str, Callable]]):
+        self.kernel, self.function = kernel, function
         self.packers = [pack for _, pack in layouts]
         codes = "".join(code for code, _ in layouts)
         self._struct = struct.Struct("@" + codes)
@@ -140,28 +140,30 @@ class Plan:
             offsets.append(offset)
             offset += size
         self._offsets = offsets
-        self._buffers: dict[int, tuple[Any, Any, int]] = {}
+        self._local = threading.local()
 
-    def _buffer(self) -> tuple[Any, Any, int]:
+    def buffer(self) -> tuple[Any, Any, int]:
+        """A new parameter buffer: (bytes, pointer array, its address)."""
         buffer = ctypes.create_string_buffer(max(self._struct.size, 1))
         base = ctypes.addressof(buffer)
         pointers = (ctypes.c_void_p * max(len(self._offsets), 1))(
             *[base + offset for offset in self._offsets])
-        if len(self._buffers) > 64:
-            self._buffers.clear()
-        entry = self._buffers[threading.get_ident()] = (
-            buffer, pointers, ctypes.addressof(pointers))
-        return entry
+        return buffer, pointers, ctypes.addressof(pointers)
 
-    def pack(self, args: tuple) -> int:
-        """Pack ``args`` into this thread's buffer; the ``kernelParams``
-        address."""
+    def pack(self, args: tuple, into: tuple | None = None) -> tuple[Any, Any, int]:
+        """Pack ``args`` into ``into`` (a :meth:`buffer`), or this thread's
+        buffer; returns the buffer, which the caller holds until the launch
+        call has returned."""
         values: list = []
         for pack, value in zip(self.packers, args):
             pack(value, values)
-        entry = self._buffers.get(threading.get_ident()) or self._buffer()
-        self._struct.pack_into(entry[0], 0, *values)
-        return entry[2]
+        if into is None:
+            local = self._local
+            into = getattr(local, "entry", None)
+            if into is None:
+                into = local.entry = self.buffer()
+        self._struct.pack_into(into[0], 0, *values)
+        return into
 
 
 # ---------------------------------------------------------------- keys
@@ -176,13 +178,15 @@ _NUMPY_SCALARS = {
                  np.complex128, np.bool_)
 }
 # numba's device array classes whose numba type is worked out as below.
-_ARRAY_TYPES = {_devicearray.DeviceNDArray, *_devicearray.DeviceNDArray.__subclasses__()}
+_ARRAY_TYPES = {_devicearray.DeviceNDArray}
 
 
 def _array_key(value: Any) -> tuple:
     dummy = value._dummy
     broadcast = value.size != 0 and 0 in value.strides
-    return (type(value), value.dtype, value.ndim,
+    dtype = value.dtype
+    # Equal record dtypes may differ in alignment, which numba's type keeps.
+    return (type(value), dtype, dtype.isalignedstruct, value.ndim,
             dummy.is_c_contig and not broadcast, dummy.is_f_contig and not broadcast)
 
 
@@ -223,24 +227,24 @@ def _plan(dispatcher: Any, args: tuple, trusted: bool) -> Plan | None:
     except Exception:  # noqa: BLE001  numba reports untypeable arguments itself
         return None
     kernel = dispatcher.overloads.get(types)
-    if kernel is None and trusted and len(dispatcher.overloads) == 1:
-        kernel = next(iter(dispatcher.overloads.values()))
-    if kernel is None or kernel.debug or kernel.cooperative or getattr(
-            kernel, "launch_config_sensitive", False):
+    if kernel is None and trusted and getattr(dispatcher, "specialized", False):
+        kernel = next(iter(dispatcher.overloads.values()), None)  # numba's choice too
+    if (not isinstance(kernel, _Kernel) or kernel.debug or kernel.cooperative
+            or getattr(kernel, "launch_config_sensitive", False)):
         return None
     layouts = [layout_of(ty) for ty in kernel.argument_types]
     if None in layouts or len(layouts) != len(args):
         return None
     handle = kernel._codelibrary.get_cufunc().handle
     # A library's kernel is launched as a function (CUDA 12 and later).
-    return Plan(cu.CUfunction(int(handle)), layouts)  # type: ignore[arg-type]
+    return Plan(kernel, cu.CUfunction(int(handle)), layouts)  # type: ignore[arg-type]
 
 
 def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False) -> Plan | None:
     """The launch plan for ``args``, worked out once per key; None when numba
     must launch it (a signature not compiled yet is looked up again)."""
     key = key_of(args)
-    if key is None:
+    if key is None or getattr(dispatcher, "_launch_config_sensitive", False):
         return None
     plans = _plans.get((dispatcher, ctx_key))
     if plans is None:
@@ -272,9 +276,14 @@ def dims_for(grid: Any, block: Any, shared: int) -> tuple:
     key = (grid, block, shared)
     dims = _dims.get(key)
     if dims is None:
+        dims = (*_dim3(grid), *_dim3(block), int(shared))
+        if min(dims[:6]) < 1 or dims[6] < 0:
+            raise ValueError(
+                f"grid {grid} and block {block} need every dimension >= 1, and shared "
+                f"memory {shared} bytes >= 0")
         if len(_dims) > 4096:
             _dims.clear()
-        dims = _dims[key] = (*_dim3(grid), *_dim3(block), int(shared))
+        _dims[key] = dims
     return dims
 
 
@@ -291,7 +300,8 @@ def _stream(handle: int) -> Any:
 
 
 def launch_packed(plan: Plan, args: tuple, handle: int, dims: tuple) -> None:
-    err, = _launch_kernel(plan.function, *dims, _stream(handle), plan.pack(args), 0)
+    packed = plan.pack(args)
+    err, = _launch_kernel(plan.function, *dims, _stream(handle), packed[2], 0)
     if err:
         raise DriverError("cuLaunchKernel", err)
 
@@ -320,10 +330,10 @@ class FastConfiguration:
     configuration whose call packs the arguments and launches through the
     driver where it can, and through numba otherwise."""
 
-    __slots__ = ("dispatcher", "_launch", "_callbacks")
+    __slots__ = ("dispatcher", "_launch")
 
     def __init__(self, dispatcher: Any, launch: _Launch):
-        self.dispatcher, self._launch, self._callbacks = dispatcher, launch, None
+        self.dispatcher, self._launch = dispatcher, launch
 
     # numba's _LaunchConfiguration attributes, for code that reads them.
     griddim = property(lambda self: self._launch.numba.griddim)
@@ -333,21 +343,17 @@ class FastConfiguration:
 
     @property
     def pre_launch_callbacks(self) -> list:
-        if self._callbacks is None:
-            self._callbacks = []
-        return self._callbacks
+        """numba's own configuration's callbacks (numba shares one
+        configuration among equal ``kernel[...]``); while any is set, the
+        launch is numba's, which runs them."""
+        return self._launch.numba.pre_launch_callbacks
 
     def __call__(self, *args: Any) -> Any:
         launch = self._launch
         dispatcher = self.dispatcher
-        if self._callbacks:
-            numba = launch.numba
-            config = dispatcher.configure(numba.griddim, numba.blockdim, numba.stream,
-                                          numba.sharedmem)
-            config.pre_launch_callbacks.extend(self._callbacks)
-            return config(*args)
         args = _on_launch[0](launch.handle, dispatcher, args)
-        plan = plan_for(dispatcher, args, _current_context()[0])
+        plan = (None if launch.numba.pre_launch_callbacks
+                else plan_for(dispatcher, args, _current_context()[0]))
         if plan is None:
             return _numba_call[0](dispatcher, args, launch.numba)
         launch_packed(plan, args, launch.handle, launch.dims)
@@ -362,9 +368,17 @@ _numba_call: list[Any] = [None]
 _launches: dict[Any, dict[tuple, _Launch]] = {}
 
 
+def _exact(dim: Any) -> bool:
+    """Whether a launch dimension is an int or a tuple of ints, which numba
+    takes as they are (anything else it converts or refuses each time)."""
+    return type(dim) is int or (type(dim) is tuple and all(type(d) is int for d in dim))
+
+
 def _fast_getitem(original: Callable) -> Callable:
     def getitem(self: Any, args: Any) -> Any:
-        if type(args) is not tuple or len(args) not in (2, 3, 4):
+        if (type(args) is not tuple or len(args) not in (2, 3, 4)
+                or not (_exact(args[0]) and _exact(args[1]))
+                or (len(args) == 4 and type(args[3]) is not int)):
             return original(self, args)
         per_kernel = _launches.get(self)
         if per_kernel is None:
@@ -395,6 +409,16 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
     return call
 
 
+def _forgetting_plans(original: Callable) -> Callable:
+    def reset_overloads(self: Any) -> None:
+        # The kernels are compiled again (recompile): plans of the old ones go.
+        for key in [k for k in _plans if k[0] is self]:
+            del _plans[key]
+        original(self)
+
+    return reset_overloads
+
+
 def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
     """The driver's changes to numba: every kernel launch passes through
     ``on_launch``; and, unless the fast path is off, ``kernel[...]`` returns
@@ -406,6 +430,10 @@ def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
               "Conditions"),
     ]
     if FAST:
+        rows.append(Patch(
+            _DispatcherBase, "_reset_overloads", _forgetting_plans,
+            "a kernel compiled again (recompile) drops the fast path's plans of the "
+            "kernels it replaces"))
         rows.append(Patch(
             CUDADispatcher, "__getitem__", _fast_getitem,
             "kernel[griddim, blockdim, stream, sharedmem] launches with the arguments "
@@ -424,7 +452,7 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
     ``on_launch`` applied as to every launch."""
     args = on_launch(handle, dispatcher, args)
-    plan = plan_for(dispatcher, args, _current_context()[0], trusted=True)
+    plan = plan_for(dispatcher, args, _current_context()[0], trusted=True) if FAST else None
     if plan is not None:
         launch_packed(plan, args, handle, dims_for(grid, block, 0))
         return
@@ -438,20 +466,12 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
 
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
                     args: tuple) -> Callable[[], None] | None:
-    plan = plan_for(dispatcher, args, _current_context()[0])
+    plan = plan_for(dispatcher, args, _current_context()[0]) if FAST else None
     if plan is None:
         return None
     # The record's own packing, made once: the driver reads it at each launch.
-    values: list = []
-    for pack, value in zip(plan.packers, args):
-        pack(value, values)
-    buffer = ctypes.create_string_buffer(max(plan._struct.size, 1))
-    plan._struct.pack_into(buffer, 0, *values)
-    base = ctypes.addressof(buffer)
-    pointers = (ctypes.c_void_p * max(len(plan._offsets), 1))(
-        *[base + offset for offset in plan._offsets])
-    call = (plan.function, *dims_for(grid, block, shared), _stream(handle),
-            ctypes.addressof(pointers), 0)
+    packed = plan.pack(args, plan.buffer())
+    call = (plan.function, *dims_for(grid, block, shared), _stream(handle), packed[2], 0)
     launch_kernel = _launch_kernel
 
     def launch() -> None:
@@ -459,5 +479,5 @@ def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle:
         if err:
             raise DriverError("cuLaunchKernel", err)
 
-    launch.keep = (buffer, pointers)  # type: ignore[attr-defined]
+    launch.keep = packed  # type: ignore[attr-defined]
     return launch
