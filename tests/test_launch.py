@@ -269,3 +269,90 @@ def test_the_fast_path_is_taken_for_covered_arguments(stream):
     assert any(isinstance(plan, driver_launch.Plan) for plan in plans.values())
     assert active.prepared_launch(scale_into, 1, 32, 0, int(stream.handle),
                                   (x, np.float32(2), out)) is not None
+
+
+@pytest.mark.driver_only(reason="pre-launch callbacks belong to numba's driver configuration")
+def test_pre_launch_callbacks_run_once_per_launch_as_numba_runs_them(stream):
+    x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    seen = []
+    scale_into[1, 32, stream](x, np.float32(1), out)
+    scale_into.configure(1, 32, stream).pre_launch_callbacks.append(
+        lambda kernel, config: seen.append(1))
+    try:
+        for _ in range(3):
+            scale_into[1, 32, stream](x, np.float32(1), out)
+        assert len(seen) == 3
+    finally:
+        scale_into.configure(1, 32, stream).pre_launch_callbacks.clear()
+    scale_into[1, 32, stream](x, np.float32(1), out)
+    assert len(seen) == 3
+
+
+OFFSET = 1.0
+
+
+@cuda.jit
+def add_offset(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = OFFSET
+
+
+@pytest.mark.driver_only(reason="recompile() belongs to numba's driver dispatcher")
+def test_a_recompiled_kernel_is_the_one_launched(stream):
+    global OFFSET
+    out = cuda.to_device(np.zeros(8, np.float32), stream=stream)
+    add_offset[1, 8, stream](out)
+    add_offset[1, 8, stream](out)
+    assert out.copy_to_host(stream=stream)[0] == 1.0
+    try:
+        OFFSET = 5.0
+        add_offset.recompile()
+        add_offset[1, 8, stream](out)
+        assert out.copy_to_host(stream=stream)[0] == 5.0
+    finally:
+        OFFSET = 1.0
+        add_offset.recompile()
+
+
+def test_launch_records_take_dimensions_as_numba_does(stream):
+    x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    rec = ng.launch_record(scale_into, [1], (32,), stream, x, np.float32(3), out)
+    rec.launch()
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 3 * np.arange(32))
+
+
+@pytest.mark.driver_only(reason="the simulator runs a thread per GPU thread: too slow here")
+def test_threads_launching_one_kernel_at_once_each_get_their_own_arguments(stream):
+    import threading
+
+    streams = [cuda.stream() for _ in range(8)]
+    outs = [cuda.to_device(np.zeros(256, np.float32), stream=s) for s in streams]
+    xs = [cuda.to_device(np.full(256, k, np.float32), stream=s) for k, s in enumerate(streams)]
+    scale_into[1, 256, streams[0]](xs[0], np.float32(1), outs[0])
+    errors = []
+
+    def worker(k):
+        try:
+            for j in range(200):
+                scale_into[1, 256, streams[k]](xs[k], np.float32(j), outs[k])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for k, s in enumerate(streams):
+        np.testing.assert_array_equal(outs[k].copy_to_host(stream=s), np.full(256, 199.0 * k))
+
+
+@pytest.mark.driver_only(reason="the simulator checks dimensions its own way")
+def test_a_zero_dimension_is_refused_before_anything_is_launched(stream):
+    x = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    with pytest.raises(ValueError):
+        scale_into[0, 4, stream](x, np.float32(1), x)
