@@ -208,53 +208,44 @@ def test_readme_first_snippet_with_numba_first_runs_or_says_what_to_do():
     succeeded(done, "README.md's first snippet, numba.cuda first, NUMBA_ENABLE_CUDASIM=1")
 
 
-def test_example_replay_loop_runs(capsys):
+def _example_output(name: str, capsys) -> str:
+    """What ``examples/<name>`` printed, run as a script in this process."""
     import runpy
 
-    runpy.run_path(str(DOCS.parent / "examples" / "replay_loop.py"), run_name="__main__")
-    assert "results match" in capsys.readouterr().out
+    runpy.run_path(str(DOCS.parent / "examples" / name), run_name="__main__")
+    return capsys.readouterr().out
+
+
+def test_example_replay_loop_runs(capsys):
+    out = _example_output("replay_loop.py", capsys)
+    assert "results match" in out
 
 
 def test_example_jacobi_converge_runs(capsys):
-    import runpy
-
-    runpy.run_path(str(DOCS.parent / "examples" / "jacobi_converge.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = _example_output("jacobi_converge.py", capsys)
     assert "converged in" in out
     assert "same answer, bit for bit" in out
 
 
 def test_example_decode_loop_runs(capsys):
-    import runpy
-
     # Without a GPU the example picks tiny sizes for the simulator.
-    runpy.run_path(str(DOCS.parent / "examples" / "decode_loop.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = _example_output("decode_loop.py", capsys)
     assert "logits match the NumPy reference for every token" in out
     assert "its logits match the reference up to the end token" in out
 
 
 def test_example_heat_to_t_end_runs(capsys):
-    import runpy
-
-    runpy.run_path(str(DOCS.parent / "examples" / "heat_to_t_end.py"), run_name="__main__")
-    assert "all three match NumPy at t_end" in capsys.readouterr().out
+    out = _example_output("heat_to_t_end.py", capsys)
+    assert "all three match NumPy at t_end" in out
 
 
 def test_example_step_with_temporaries_runs(capsys):
-    import runpy
-
-    runpy.run_path(str(DOCS.parent / "examples" / "step_with_temporaries.py"),
-                   run_name="__main__")
-    out = capsys.readouterr().out
+    out = _example_output("step_with_temporaries.py", capsys)
     assert "every replay matches the eager step" in out
     assert "StaleOutputError" in out
 
 
 def test_example_rk4_pingpong_runs(capsys):
-    import runpy
-
-    runpy.run_path(str(DOCS.parent / "examples" / "rk4_pingpong.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = _example_output("rk4_pingpong.py", capsys)
     assert "graphed: 1 capture" in out
     assert "graphed result matches eager bit for bit" in out

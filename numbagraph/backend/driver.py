@@ -23,6 +23,7 @@ from numba.cuda.cudadrv import driver as _numba_driver
 
 from ._streams import stream_handle  # noqa: F401  (a backend member)
 from ..errors import GraphClosedError
+from ._arguments import checked_types
 from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
 )
@@ -296,20 +297,14 @@ def argument_types(dispatcher: Any, args: tuple) -> tuple:
     if not isinstance(dispatcher, CUDADispatcher):
         raise TypeError(
             f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
-    types = []
-    for i, arg in enumerate(args):
-        try:
-            # A launch types every Python int as int64 (numba's C dispatcher),
-            # where typeof would make a large one uint64.
-            ty = numba_types.int64 if type(arg) is int else dispatcher.typeof_pyval(arg)
-        except Exception:  # noqa: BLE001  numba's typing errors vary by version
-            ty = None
-        if ty is None or ty == numba_types.pyobject:
-            raise TypeError(
-                f"argument {i} of ng.precompile({_kernel_name(dispatcher)}, ...) is a "
-                f"{type(arg).__name__}, which numba cannot pass to a kernel")
-        types.append(ty)
-    return tuple(types)
+    typeof = dispatcher.typeof_pyval
+
+    def launch_type(arg: Any) -> Any:
+        # A launch types every Python int as int64 (numba's C dispatcher),
+        # where typeof would make a large one uint64.
+        return numba_types.int64 if type(arg) is int else typeof(arg)
+
+    return checked_types(_kernel_name(dispatcher), launch_type, args)
 
 
 def _kernel_name(dispatcher: Any) -> str:

@@ -36,7 +36,6 @@ import numpy as np
 from cuda.bindings import driver as cu
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
-from numba.cuda.np import numpy_support
 
 from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
@@ -169,14 +168,12 @@ class Plan:
 # ---------------------------------------------------------------- keys
 
 _INT64 = (-(1 << 63), 1 << 63)
-_PLAIN = {int: numba_types.int64, float: numba_types.float64, bool: numba_types.boolean,
-          complex: numba_types.complex128}
-_NUMPY_SCALARS = {
-    kind: numpy_support.from_dtype(np.dtype(kind))
-    for kind in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-                 np.uint64, np.float16, np.float32, np.float64, np.complex64,
-                 np.complex128, np.bool_)
-}
+# Scalar types whose numba type the Python type alone decides (an int only
+# within int64, checked in key_of).
+_SCALAR_KINDS = frozenset({
+    float, bool, complex, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+    np.bool_})
 # numba's device array classes whose numba type is worked out as below.
 _ARRAY_TYPES = {_devicearray.DeviceNDArray}
 
@@ -202,7 +199,7 @@ def key_of(args: tuple) -> tuple | None:
             if not _INT64[0] <= value < _INT64[1]:
                 return None
             key.append(int)
-        elif kind in _PLAIN or kind in _NUMPY_SCALARS:
+        elif kind in _SCALAR_KINDS:
             key.append(kind)
         else:
             return None

@@ -28,6 +28,7 @@ from numba import typeof as _numba_typeof
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
+from ._arguments import checked_types
 from ._streams import capture_key, stream_handle  # noqa: F401  (stream_handle: a backend member)
 from .interface import LaunchHook, Move, Patch
 
@@ -293,18 +294,7 @@ def argument_types(dispatcher: Any, args: tuple) -> tuple:
     if not isinstance(dispatcher, FakeCUDAKernel):
         raise TypeError(
             f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
-    types = []
-    for i, arg in enumerate(args):
-        try:
-            ty = _numba_typeof(arg)
-        except Exception:  # noqa: BLE001  numba's typing errors vary by version
-            ty = None
-        if ty is None or ty == _numba_types.pyobject:
-            raise TypeError(
-                f"argument {i} of a launch of {dispatcher.fn.__name__} is a "
-                f"{type(arg).__name__}, which numba cannot pass to a kernel")
-        types.append(ty)
-    return tuple(types)
+    return checked_types(dispatcher.fn.__name__, _numba_typeof, args)
 
 
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,

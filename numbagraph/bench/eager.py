@@ -9,6 +9,8 @@ replaying a graph of the same launches, per kernel.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numbagraph as ng
 
 from .core import Context, SuiteResult
@@ -63,11 +65,8 @@ def _add_into(ctx: Context) -> Contender:
                      "ng.add_into(a, 1.0, a, stream=s) on the tiny kernel's array")
 
 
-def _torch_add(ctx: Context) -> Contender:
-    tt = torch_tiny(ctx)
-    add = tt.torch.add
-    contender = _launches(ctx, lambda: add(tt.a, 1.0, out=tt.a), tt.stream.synchronize,
-                          "torch.add(a, 1.0, out=a)")
+def _on_torch_stream(tt: Any, contender: Contender) -> Contender:
+    """``contender`` with its batch run on PyTorch's side stream."""
     inner = contender.batch
 
     def batch():
@@ -76,6 +75,14 @@ def _torch_add(ctx: Context) -> Contender:
 
     contender.batch = batch
     return contender
+
+
+def _torch_add(ctx: Context) -> Contender:
+    tt = torch_tiny(ctx)
+    add = tt.torch.add
+    return _on_torch_stream(tt, _launches(
+        ctx, lambda: add(tt.a, 1.0, out=tt.a), tt.stream.synchronize,
+        "torch.add(a, 1.0, out=a)"))
 
 
 def _numba_quiet(ctx: Context) -> Contender:
@@ -108,15 +115,8 @@ def _numba_scalar(ctx: Context) -> Contender:
 
 def _torch(ctx: Context) -> Contender:
     tt = torch_tiny(ctx)
-    contender = _launches(ctx, lambda: tt.a.add_(tt.n), tt.stream.synchronize, "a.add_(n)")
-    inner = contender.batch
-
-    def batch():
-        with tt.torch.cuda.stream(tt.stream):
-            inner()
-
-    contender.batch = batch
-    return contender
+    return _on_torch_stream(tt, _launches(ctx, lambda: tt.a.add_(tt.n), tt.stream.synchronize,
+                                          "a.add_(n)"))
 
 
 def _cupy(ctx: Context) -> Contender:
