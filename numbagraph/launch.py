@@ -34,6 +34,9 @@ class LaunchRecord:
                  args: tuple, sharedmem: int):
         if isinstance(sharedmem, bool) or not isinstance(sharedmem, int) or sharedmem < 0:
             raise ValueError(f"sharedmem must be an int >= 0 (bytes), not {sharedmem!r}")
+        # numba's kernel[...] takes ints and tuples; a list is read as a tuple.
+        griddim = tuple(griddim) if isinstance(griddim, list) else griddim
+        blockdim = tuple(blockdim) if isinstance(blockdim, list) else blockdim
         self._handle = _backend.stream_handle(stream)
         stand_ins = tuple(_stand_in(a) for a in args)
         _backend.compile_kernel(kernel, stand_ins)
@@ -128,7 +131,8 @@ def launch_record(kernel: Any, griddim: Any, blockdim: Any, stream: Any, *args: 
     kernel
         A ``@cuda.jit`` kernel.
     griddim, blockdim
-        As in ``kernel[griddim, blockdim]``.
+        As in ``kernel[griddim, blockdim]``: an int, or a tuple (or list) of
+        up to three ints.
     stream
         The stream it launches on.
     *args

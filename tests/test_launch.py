@@ -265,7 +265,7 @@ def test_the_fast_path_is_taken_for_covered_arguments(stream):
     out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
     scale_into[1, 32, stream](x, np.float32(2), out)   # numba compiles it
     scale_into[1, 32, stream](x, np.float32(2), out)
-    plans = driver_launch._plans[(scale_into, driver_launch._current_context()[0])]
+    plans = driver_launch._plans[(scale_into, driver_launch._context_key())]
     assert any(isinstance(plan, driver_launch.Plan) for plan in plans.values())
     assert active.prepared_launch(scale_into, 1, 32, 0, int(stream.handle),
                                   (x, np.float32(2), out)) is not None

@@ -345,6 +345,14 @@ def _current_context() -> tuple[int, Any]:
     return key, ctx
 
 
+def _context_key() -> int:
+    """The current CUDA context's handle, as :func:`_current_context` gives
+    it, in one driver call when a context is current."""
+    err, current = cu.cuCtxGetCurrent()
+    key = 0 if err else int(current)
+    return key if key else _current_context()[0]
+
+
 def _numba_context() -> Any:
     return _current_context()[1]
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import os
 import struct
 import threading
 import warnings
@@ -39,10 +38,11 @@ from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 
 from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
+from numba.cuda.cudadrv import driver as _driver
 
-from .driver import _current_context
+from .driver import _context_key
 from .driver_base import DriverError
-from .interface import LaunchHook, Patch
+from .interface import LaunchHook, Patch, fast_launch_off
 
 # numba-cuda versions whose argument layout and dispatch the fast path
 # follows.
@@ -57,7 +57,7 @@ def _version() -> str:
 
 
 def _enabled() -> bool:
-    if os.environ.get("NUMBAGRAPH_FAST_LAUNCH", "1").strip() in ("0", "false", "no", "off"):
+    if fast_launch_off():
         return False
     version = _version()
     if version not in CHECKED:
@@ -80,8 +80,8 @@ FAST = _enabled()
 # scalar is its value (a float16 as its bits, a complex as two floats).
 
 def _array_values(value: Any, out: list) -> None:
-    out += (0, 0, value.size, value.dtype.itemsize, value.device_ctypes_pointer.value or 0,
-            *value.shape, *value.strides)
+    entry = value.__dict__.get(_ENTRY)
+    out += (entry if entry is not None else _array_entry(value))[1]
 
 
 def _plain(convert: Callable[[Any], Any]) -> Callable[[Any, list], None]:
@@ -178,13 +178,23 @@ _SCALAR_KINDS = frozenset({
 _ARRAY_TYPES = {_devicearray.DeviceNDArray}
 
 
-def _array_key(value: Any) -> tuple:
+# A numba device array never changes its memory, dtype, shape or strides, so
+# what a launch needs of it is worked out once and kept on the array: its key
+# and the values numba packs for it.
+_ENTRY = "_numbagraph_launch"
+
+
+def _array_entry(value: Any) -> tuple[tuple, tuple]:
     dummy = value._dummy
     broadcast = value.size != 0 and 0 in value.strides
     dtype = value.dtype
     # Equal record dtypes may differ in alignment, which numba's type keeps.
-    return (type(value), dtype, dtype.isalignedstruct, value.ndim,
-            dummy.is_c_contig and not broadcast, dummy.is_f_contig and not broadcast)
+    key = (type(value), dtype, dtype.isalignedstruct, value.ndim,
+           dummy.is_c_contig and not broadcast, dummy.is_f_contig and not broadcast)
+    values = (0, 0, value.size, dtype.itemsize, value.device_ctypes_pointer.value or 0,
+              *value.shape, *value.strides)
+    entry = value.__dict__[_ENTRY] = (key, values)
+    return entry
 
 
 def key_of(args: tuple) -> tuple | None:
@@ -194,7 +204,8 @@ def key_of(args: tuple) -> tuple | None:
     for value in args:
         kind = type(value)
         if kind in _ARRAY_TYPES:
-            key.append(_array_key(value))
+            entry = value.__dict__.get(_ENTRY)
+            key.append((entry if entry is not None else _array_entry(value))[0])
         elif kind is int:
             if not _INT64[0] <= value < _INT64[1]:
                 return None
@@ -237,10 +248,13 @@ def _plan(dispatcher: Any, args: tuple, trusted: bool) -> Plan | None:
     return Plan(kernel, cu.CUfunction(int(handle)), layouts)  # type: ignore[arg-type]
 
 
-def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False) -> Plan | None:
-    """The launch plan for ``args``, worked out once per key; None when numba
-    must launch it (a signature not compiled yet is looked up again)."""
-    key = key_of(args)
+def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False,
+             key: tuple | None = None) -> Plan | None:
+    """The launch plan for ``args`` (whose :func:`key_of` is ``key``, when
+    the caller has it), worked out once per key; None when numba must launch
+    it (a signature not compiled yet is looked up again)."""
+    if key is None:
+        key = key_of(args)
     if key is None or getattr(dispatcher, "_launch_config_sensitive", False):
         return None
     plans = _plans.get((dispatcher, ctx_key))
@@ -308,52 +322,53 @@ _launch_kernel = cu.cuLaunchKernel
 
 # ---------------------------------------------------------------- kernel[...]
 
-class _Launch:
-    """What a ``kernel[griddim, blockdim, stream, sharedmem]`` configuration
-    resolves to, worked out once per configuration: numba's own
-    configuration (its checks and warnings ran), the stream's handle, and
-    cuda.core's launch configuration."""
-
-    __slots__ = ("numba", "handle", "dims")
-
-    def __init__(self, numba: Any):
-        self.numba = numba
-        self.handle = int(numba.stream.handle)
-        self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
-
-
 class FastConfiguration:
     """``kernel[griddim, blockdim, stream, sharedmem]``: a launch
     configuration whose call packs the arguments and launches through the
-    driver where it can, and through numba otherwise."""
+    driver where it can, and through numba otherwise.
 
-    __slots__ = ("dispatcher", "_launch")
+    One is made per kernel and configuration, from numba's own configuration
+    (its checks and warnings ran), and kept: it remembers the plan of its
+    last launch, which the next launch with arguments of the same key and in
+    the same context takes without looking it up."""
 
-    def __init__(self, dispatcher: Any, launch: _Launch):
-        self.dispatcher, self._launch = dispatcher, launch
+    __slots__ = ("dispatcher", "numba", "handle", "dims", "_last")
+
+    def __init__(self, dispatcher: Any, numba: Any):
+        self.dispatcher, self.numba = dispatcher, numba
+        self.handle = int(numba.stream.handle)
+        self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
+        # (context key, argument key, plan) of the last fast launch.
+        self._last: tuple | None = None
 
     # numba's _LaunchConfiguration attributes, for code that reads them.
-    griddim = property(lambda self: self._launch.numba.griddim)
-    blockdim = property(lambda self: self._launch.numba.blockdim)
-    stream = property(lambda self: self._launch.numba.stream)
-    sharedmem = property(lambda self: self._launch.numba.sharedmem)
+    griddim = property(lambda self: self.numba.griddim)
+    blockdim = property(lambda self: self.numba.blockdim)
+    stream = property(lambda self: self.numba.stream)
+    sharedmem = property(lambda self: self.numba.sharedmem)
 
     @property
     def pre_launch_callbacks(self) -> list:
         """numba's own configuration's callbacks (numba shares one
         configuration among equal ``kernel[...]``); while any is set, the
         launch is numba's, which runs them."""
-        return self._launch.numba.pre_launch_callbacks
+        return self.numba.pre_launch_callbacks
 
     def __call__(self, *args: Any) -> Any:
-        launch = self._launch
         dispatcher = self.dispatcher
-        args = _on_launch[0](launch.handle, dispatcher, args)
-        plan = (None if launch.numba.pre_launch_callbacks
-                else plan_for(dispatcher, args, _current_context()[0]))
-        if plan is None:
-            return _numba_call[0](dispatcher, args, launch.numba)
-        launch_packed(plan, args, launch.handle, launch.dims)
+        args = _on_launch[0](self.handle, dispatcher, args)
+        if self.numba.pre_launch_callbacks:
+            return _numba_call[0](dispatcher, args, self.numba)
+        ctx, key = _context_key(), key_of(args)
+        last = self._last
+        if last is not None and last[1] == key and last[0] == ctx:
+            plan = last[2]
+        else:
+            plan = plan_for(dispatcher, args, ctx, key=key)
+            if plan is None:
+                return _numba_call[0](dispatcher, args, self.numba)
+            self._last = (ctx, key, plan)
+        launch_packed(plan, args, self.handle, self.dims)
         return None
 
 
@@ -361,8 +376,8 @@ class FastConfiguration:
 # are made.
 _on_launch: list[Any] = [None]
 _numba_call: list[Any] = [None]
-# dispatcher -> {configuration arguments: _Launch}
-_launches: dict[Any, dict[tuple, _Launch]] = {}
+# dispatcher -> {configuration arguments: its FastConfiguration}
+_configurations: dict[Any, dict[tuple, FastConfiguration]] = {}
 
 
 def _exact(dim: Any) -> bool:
@@ -377,21 +392,21 @@ def _fast_getitem(original: Callable) -> Callable:
                 or not (_exact(args[0]) and _exact(args[1]))
                 or (len(args) == 4 and type(args[3]) is not int)):
             return original(self, args)
-        per_kernel = _launches.get(self)
+        per_kernel = _configurations.get(self)
         if per_kernel is None:
-            if len(_launches) > 4096:
-                _launches.clear()
-            per_kernel = _launches[self] = {}
+            if len(_configurations) > 4096:
+                _configurations.clear()
+            per_kernel = _configurations[self] = {}
         try:
-            launch = per_kernel.get(args)
+            configuration = per_kernel.get(args)
         except TypeError:  # an unhashable configuration: numba's path
             return original(self, args)
-        if launch is None:
+        if configuration is None:
             numba = original(self, args)  # validates, normalises, warns
             if len(per_kernel) > 256:
                 per_kernel.clear()
-            launch = per_kernel[args] = _Launch(numba)
-        return FastConfiguration(self, launch)
+            configuration = per_kernel[args] = FastConfiguration(self, numba)
+        return configuration
 
     return getitem
 
@@ -408,9 +423,11 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
 
 def _forgetting_plans(original: Callable) -> Callable:
     def reset_overloads(self: Any) -> None:
-        # The kernels are compiled again (recompile): plans of the old ones go.
+        # The kernels are compiled again (recompile): plans of the old ones go,
+        # with the configurations that remember one.
         for key in [k for k in _plans if k[0] is self]:
             del _plans[key]
+        _configurations.pop(self, None)
         original(self)
 
     return reset_overloads
@@ -449,7 +466,7 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
     ``on_launch`` applied as to every launch."""
     args = on_launch(handle, dispatcher, args)
-    plan = plan_for(dispatcher, args, _current_context()[0], trusted=True) if FAST else None
+    plan = plan_for(dispatcher, args, _context_key(), trusted=True) if FAST else None
     if plan is not None:
         launch_packed(plan, args, handle, dims_for(grid, block, 0))
         return
@@ -461,9 +478,16 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
     _numba_call[0](dispatcher, args, dispatcher.configure(grid, block, stream))
 
 
+def repeatable_types() -> tuple[frozenset, frozenset]:
+    """numba's device arrays and streams, while fast launches are on."""
+    if not FAST:
+        return frozenset(), frozenset()
+    return frozenset({_devicearray.DeviceNDArray}), frozenset({_driver.Stream})
+
+
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
-                    args: tuple) -> Callable[[], None] | None:
-    plan = plan_for(dispatcher, args, _current_context()[0]) if FAST else None
+                    args: tuple, trusted: bool = False) -> Callable[[], None] | None:
+    plan = plan_for(dispatcher, args, _context_key(), trusted) if FAST else None
     if plan is None:
         return None
     # The record's own packing, made once: the driver reads it at each launch.

@@ -11,6 +11,7 @@ integer numbagraph gives each simulated stream on the simulator.
 
 from __future__ import annotations
 
+import os
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
@@ -18,7 +19,14 @@ from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 import numpy as np
 
 __all__ = ["Backend", "Recording", "Executable", "RebindPlan", "Move", "ConditionalNode", "Patch",
-           "LaunchHook", "MEMBERS", "bind"]
+           "LaunchHook", "MEMBERS", "bind", "fast_launch_off"]
+
+def fast_launch_off() -> bool:
+    """Whether ``NUMBAGRAPH_FAST_LAUNCH`` turns the fast launch path off
+    (``0``, ``false``, ``no`` or ``off``), on either backend."""
+    return os.environ.get("NUMBAGRAPH_FAST_LAUNCH", "1").strip().lower() in (
+        "0", "false", "no", "off")
+
 
 LaunchHook = Callable[[int, Any, tuple], tuple]
 """``args = hook(stream_handle, kernel, args)``: called before a kernel
@@ -173,10 +181,21 @@ class Backend(Protocol):
         be passed to one."""
 
     def prepared_launch(self, dispatcher: Any, grid: Any, block: Any, shared: int,
-                        handle: int, args: tuple) -> Callable[[], None] | None:
+                        handle: int, args: tuple,
+                        trusted: bool = False) -> Callable[[], None] | None:
         """A call that launches the kernel with ``args`` (no wrappers; checked
         by the caller) without working them out again, or None where there
-        is no faster path than a checked launch."""
+        is no faster path than a checked launch. ``trusted``: an op's kernel
+        of one explicit signature, whose operands the op checked, takes
+        ``args`` as numba would convert them to that signature."""
+
+    def repeatable_types(self) -> tuple[frozenset, frozenset]:
+        """(array types, stream types) whose instances never change what a
+        launch packs for them: numba's device arrays (memory, dtype, shape
+        and strides are fixed) and streams (the handle is fixed). An eager op
+        called again with the same arrays and a stream of the same handle may
+        launch what it launched before, already packed. Both empty when fast
+        launches are off."""
 
     def compile_kernel(self, dispatcher: Any, args: tuple) -> None:
         """Compile the ``@cuda.jit`` kernel for arguments of the types of

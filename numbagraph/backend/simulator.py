@@ -30,7 +30,7 @@ from numba.cuda.np import numpy_support as _numpy_support
 
 from ._arguments import checked_types
 from ._streams import capture_key, stream_handle  # noqa: F401  (stream_handle: a backend member)
-from .interface import LaunchHook, Move, Patch
+from .interface import LaunchHook, Move, Patch, fast_launch_off
 
 NAME = "simulator"
 
@@ -298,9 +298,18 @@ def argument_types(dispatcher: Any, args: tuple) -> tuple:
 
 
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
-                    args: tuple) -> None:
+                    args: tuple, trusted: bool = False) -> None:
     """Simulated launches have no faster path than the simulator's own."""
     return None
+
+
+def repeatable_types() -> tuple[frozenset, frozenset]:
+    """Simulated arrays never change their memory or shape, nor streams
+    their handle; none while fast launches are switched off, as on the
+    driver."""
+    if fast_launch_off():
+        return frozenset(), frozenset()
+    return frozenset({_FakeArray}), frozenset({_Stream})
 
 
 def frees_wait_for_device() -> bool:

@@ -22,7 +22,7 @@ cap.graph.launch()
 ```
 """
 
-from . import elementwise, index, linalg, nn, reduce
+from . import _launch, elementwise, index, linalg, nn, reduce
 from .elementwise import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
@@ -31,3 +31,9 @@ from .reduce import *  # noqa: F401,F403
 
 __all__ = [*elementwise.__all__, *reduce.__all__, *index.__all__, *linalg.__all__,
            *nn.__all__]
+
+# An eager op called again with the same objects launches what it launched
+# before, without its checks (see _launch.repeatable).
+for _name in __all__:
+    globals()[_name] = _launch.repeatable(globals()[_name])
+del _name

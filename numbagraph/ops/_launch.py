@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from .._graphmem import held as _graph_memory_held
+from .._registry import sessions as _sessions
 from ..backend import active as _backend
 from ..errors import OpError
 from ..safety import on_launch
+from ..scalar import DeviceScalar
 
 __all__ = [
     "BLOCKS_PER_SM",
@@ -36,6 +40,8 @@ __all__ = [
     "scalar_type",
     "compute_type",
     "INDEX",
+    "repeatable",
+    "device_step",
 ]
 
 # Enough resident blocks per multiprocessor to hide memory latency with
@@ -95,7 +101,146 @@ class OpKernel:
     def __getitem__(self, config: tuple) -> Callable[..., None]:
         grid, block, handle = config
         dispatcher = self.dispatcher
-        return lambda *args: _backend.launch(dispatcher, grid, block, handle, args, on_launch)
+
+        def launch(*args: Any) -> None:
+            _backend.launch(dispatcher, grid, block, handle, args, on_launch)
+            steps = _seen.steps
+            if steps is not None:
+                steps.append((_backend.prepared_launch(dispatcher, grid, block, 0, handle,
+                                                       args, trusted=True),
+                              _launch_again, (dispatcher, grid, block, handle, *args)))
+
+        return launch
+
+
+def _launch_again(dispatcher: Any, grid: Any, block: Any, handle: int, *args: Any) -> None:
+    _backend.launch(dispatcher, grid, block, handle, args, on_launch)
+
+
+def device_step(function: Callable[..., None], *args: Any) -> None:
+    """``function(*args)``: device work of an op other than a kernel launch
+    (a copy), remembered with the launches of a call being remembered."""
+    function(*args)
+    steps = _seen.steps
+    if steps is not None:
+        steps.append((None, function, args))
+
+
+# ---------------------------------------------------------------- eager calls again
+
+class _Seen(threading.local):
+    # The device work of the call being remembered on this thread, or None;
+    # this thread's remembered calls (per-thread default streams differ by
+    # thread) and the calls it has made once, keyed by op and call key.
+    steps: list | None = None
+
+    def __init__(self) -> None:
+        self.remembered: dict[tuple, tuple] = {}
+        self.once: dict[tuple, None] = {}
+
+
+_seen = _Seen()
+_NUMBERS = frozenset({int, float, bool, complex, str, type(None), np.int8, np.int16,
+                      np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                      np.float16, np.float32, np.float64, np.complex64, np.complex128,
+                      np.bool_})
+# (array types and DeviceScalar, stream types), asked of the backend once.
+_kinds: list[tuple[frozenset, frozenset]] = []
+
+
+def _call_key(op: Callable, args: tuple, kwargs: dict, objects: list) -> tuple | None:
+    """What an eager op call depends on, or None when an argument may change
+    without being replaced or fast launches are off: each array and
+    DeviceScalar by identity (added to ``objects``), each stream by handle,
+    each number by type and value (a zero by its sign too)."""
+    if not _kinds:
+        arrays, streams = _backend.repeatable_types()
+        _kinds.append((arrays | {DeviceScalar} if arrays else frozenset(), streams))
+    arrays, streams = _kinds[0]
+    if not arrays:
+        return None
+    key: list = [op]
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if kind in arrays:
+            objects.append(value)
+            key.append(id(value))
+        elif kind in streams:
+            key.append((kind, int(value.handle)))
+        elif kind in _NUMBERS:
+            key.append((kind, value, str(value)) if value == 0 else (kind, value))
+        else:
+            return None
+    return (*key, *kwargs)
+
+
+def _step(prepared: Callable[[], None] | None, function: Callable[..., None], args: tuple,
+          refs: dict[int, weakref.ref]) -> Callable[[], None]:
+    """A remembered step that holds the caller's own objects among ``args``
+    only weakly (a remembered call must not keep them alive; it is forgotten
+    with them) and everything else the op made (views, scratch) strongly."""
+    kept = tuple(refs.get(id(arg), arg) for arg in args)
+    if prepared is not None:
+        # It holds device pointers: what ``kept`` holds keeps their memory.
+        prepared.kept = kept  # type: ignore[attr-defined]
+        return prepared
+    weak = [i for i, arg in enumerate(args) if id(arg) in refs]
+    return functools.partial(_resolved, function, kept, weak)
+
+
+def _resolved(function: Callable[..., None], kept: tuple, weak: list[int]) -> None:
+    args = list(kept)
+    for i in weak:
+        args[i] = args[i]()
+    function(*args)
+
+
+def repeatable(op: Callable[..., None]) -> Callable[..., None]:
+    """An op whose eager call, made again with the same arrays and
+    DeviceScalars (the same objects), the same stream and the same numbers,
+    launches what the earlier call launched, already packed, without
+    checking again: the checks' outcome depends on nothing else. A call is
+    remembered the second time it is made and forgotten when one of its
+    objects is. Inside a capture, while graph-owned memory exists, or with
+    an argument of another kind, every call is checked."""
+    @functools.wraps(op)
+    def call(*args: Any, **kwargs: Any) -> None:
+        seen = _seen
+        if _sessions or _graph_memory_held[0] or seen.steps is not None:
+            return op(*args, **kwargs)
+        objects: list = []
+        key = _call_key(op, args, kwargs, objects)
+        if key is None:
+            return op(*args, **kwargs)
+        remembered = seen.remembered
+        entry = remembered.get(key)
+        if entry is not None:
+            for step in entry[0]:
+                step()
+            return None
+        once = seen.once
+        if key not in once:
+            if len(once) >= 256:
+                once.clear()
+            once[key] = None
+            return op(*args, **kwargs)
+        seen.steps = recorded = []
+        try:
+            result = op(*args, **kwargs)
+        finally:
+            seen.steps = None
+        if result is None and recorded:
+            if len(remembered) >= 256:
+                remembered.clear()
+
+            def forget(_ref: Any, key: tuple = key) -> None:
+                remembered.pop(key, None)
+
+            refs = {id(obj): weakref.ref(obj, forget) for obj in objects}
+            remembered[key] = (tuple(_step(*done, refs) for done in recorded), refs)
+        return result
+
+    return call
 
 
 _kernels: dict[tuple, OpKernel] = {}

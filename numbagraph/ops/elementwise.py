@@ -706,7 +706,7 @@ def _copy_whole(x: Input, out: Any, stream: Any) -> bool:
         check_graph_memory((out_dev, x_dev), handle, "ng.copy_into()")
     if _sessions:
         guard_device_copy(handle, out_dev, x_dev, "copy_into on the legacy default stream")
-    _backend.copy_device(out_dev, x_dev, handle)
+    _launch.device_step(_backend.copy_device, out_dev, x_dev, handle)
     return True
 
 
