@@ -9,13 +9,14 @@ is present.
 # The backend is chosen before anything imports numba.cuda.
 from .backend import active as _backend  # noqa: I001
 
-from . import _patches, alloc, capture as _capture, conditional, errors, graph, graphed as _graphed, launch as _launch, loops, ops, precompile as _precompile, scalar
+from . import _patches, alloc, capture as _capture, conditional, errors, graph, graphed as _graphed, host as _host, launch as _launch, loops, ops, precompile as _precompile, scalar
 from .alloc import *  # noqa: F401,F403
 from .capture import *  # noqa: F401,F403
 from .conditional import *  # noqa: F401,F403
 from .errors import *  # noqa: F401,F403
 from .graph import *  # noqa: F401,F403
 from .graphed import GraphedCacheInfo, GraphedFunction, graphed  # noqa: F401
+from .host import on_host  # noqa: F401
 from .launch import LaunchRecord, launch_record  # noqa: F401
 from .loops import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
@@ -56,4 +57,5 @@ __all__ = [
     "backend", "ops",
     *_capture.__all__, *graph.__all__, *scalar.__all__, *conditional.__all__,
     *alloc.__all__, *errors.__all__, *ops.__all__, *_precompile.__all__, *_graphed.__all__, *_launch.__all__, *loops.__all__,
+    *_host.__all__,
 ]

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from numba import cuda
 
-from . import safety
+from . import _hostcalls, safety
 from ._graphmem import held as _held
 from ._registry import sessions as _sessions
 from ._registry import unsafe_call
@@ -40,11 +40,15 @@ def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[...
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         before, after, instead, memory = check.check, check.after, check.instead, check.memory
         in_kernel = _backend.in_kernel
+        host = _hostcalls.attention
+        operation = f"{getattr(original, '__qualname__', 'a numba call')}()"
 
-        # Hot path: with no capture in progress and no graph-owned memory,
-        # a list and a dict test, then numba.
+        # Hot path: with no capture in progress, no graph-owned memory and
+        # no host callback running, lists and a dict tested, then numba.
         @functools.wraps(original)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if host[0]:
+                _hostcalls.refuse_here(operation)
             if memory is not None and _held[0]:
                 memory(*args, **kwargs)
             if _sessions:
@@ -72,7 +76,19 @@ def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[...
             with unsafe_call:
                 return guarded(*args, **kwargs)
 
-        return counted
+        if not check.waits:
+            return counted
+
+        # Once the device's work is waited for, the callbacks in it have run:
+        # what one raised is raised here.
+        @functools.wraps(original)
+        def waited(*args: Any, **kwargs: Any) -> Any:
+            result = counted(*args, **kwargs)
+            if host[0]:
+                _hostcalls.report(operation)
+            return result
+
+        return waited
 
     return make
 

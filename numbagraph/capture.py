@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
-from . import _graphmem, _registry
+from . import _graphmem, _hostcalls, _registry
 from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, sessions
 from .backend import active as _backend
 from .errors import (
@@ -106,6 +106,8 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         The driver could not begin the capture (a driver
         ``CUDA_ERROR_STREAM_CAPTURE_*`` error is raised as the matching
         subclass).
+    CudaInHostCallbackError
+        Called from inside a host callback.
 
     Examples
     --------
@@ -120,6 +122,8 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
             f"capture mode {mode!r} is not one of {', '.join(CAPTURE_MODES)}"
         )
     handle = _backend.stream_handle(stream)
+    if _hostcalls.attention[0]:
+        _hostcalls.refuse_here("beginning a capture")
     if handle in LEGACY_DEFAULT_HANDLES:
         raise CaptureStateError(
             f"cannot capture on {stream!r}, the legacy default stream: CUDA "

@@ -29,6 +29,8 @@ __all__ = [
     "GraphedError",
     "GraphMemoryError",
     "StaleOutputError",
+    "HostCallbackError",
+    "CudaInHostCallbackError",
     "NumbagraphWarning",
     "CaptureWarning",
     "GraphedWarning",
@@ -152,6 +154,25 @@ class StaleOutputError(GraphMemoryError):
     [graphed][numbagraph.graphed.graphed] function was used after a later
     call launched the same graph again, which overwrote it. Copy the data
     out (``ng.copy_into`` or ``copy_to_host``) before the next call."""
+
+
+class HostCallbackError(NumbagraphError, RuntimeError):
+    """A host callback ([on_host][numbagraph.on_host]) raised. The callback
+    ran on a thread that cannot take the exception (the driver's, or a
+    replay's), so it was kept, the first one of them, and is raised from
+    here (its ``__cause__``) by the next graph launch or wait for the
+    device: ``graph.launch()``, ``stream.synchronize()``,
+    ``cuda.synchronize()``, ``event.synchronize()`` or
+    ``DeviceScalar.value``. The work around the callback ran as recorded."""
+
+
+class CudaInHostCallbackError(NumbagraphError, RuntimeError):
+    """A host callback ([on_host][numbagraph.on_host]) asked for CUDA work:
+    a kernel launch, a capture, a graph launch, a scalar update or read, a
+    copy, an allocation or a wait. CUDA forbids any of its calls in a host
+    function (the driver may deadlock), so numbagraph refuses it before the
+    driver sees it. The exception is kept like any other the callback
+    raises."""
 
 
 class NumbagraphWarning(UserWarning):

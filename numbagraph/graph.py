@@ -7,8 +7,9 @@ import threading
 import warnings
 from typing import Any, Sequence
 
-from . import _graphmem, _rebind, _registry
+from . import _graphmem, _hostcalls, _rebind, _registry
 from ._registry import release_when_idle
+from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .errors import (
@@ -197,6 +198,12 @@ class CapturedGraph:
             capture that forbids it is ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        HostCallbackError
+            A host callback ([on_host][numbagraph.on_host]) raised since the
+            last report: its exception, raised from this one; nothing was
+            launched.
+        CudaInHostCallbackError
+            Called from inside a host callback.
 
         Warns
         -----
@@ -214,6 +221,9 @@ class CapturedGraph:
         ```
         """
         handle = self._handle if stream is None else _backend.stream_handle(stream)
+        if _host_attention[0]:
+            _hostcalls.refuse_here("graph.launch()")
+            _hostcalls.report("graph.launch()")
         if _captures:
             guard_graph_launch(handle, "graph.launch()")
         launch = self._launchers.get(handle)
@@ -282,8 +292,12 @@ class CapturedGraph:
             capture that forbids it is ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        CudaInHostCallbackError
+            Called from inside a host callback.
         """
         handle = self._target(stream)
+        if _host_attention[0]:
+            _hostcalls.refuse_here("graph.upload()")
         if _captures:
             guard_graph_launch(handle, "graph.upload()")
         self._instantiated().upload(handle)
@@ -320,6 +334,8 @@ class CapturedGraph:
         """
         if not isinstance(other, CapturedGraph):
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
+        if _host_attention[0]:
+            _hostcalls.refuse_here("graph.update()")
         if self._owns_memory() or other._owns_memory():
             raise NumbagraphError(
                 "graph update: a graph that allocates memory inside it cannot be "
@@ -404,6 +420,8 @@ class CapturedGraph:
 
     def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool) -> None:
         """Make ``moves``, checked already, one per pair of ``pairs``."""
+        if _host_attention[0]:
+            _hostcalls.refuse_here("graph.rebind()")
         if _captures:
             mine = [s for s in _registry.active() if s.thread is threading.current_thread()]
             if mine:

@@ -37,7 +37,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from numba.cuda.args import ArgHint
 
-from . import _graphmem, _registry
+from . import _graphmem, _hostcalls, _registry
 from ._registry import (
     LEGACY_DEFAULT_HANDLES, PER_THREAD_HANDLE, consequence, invalidate, key_of, raise_if_invalidated,
 )
@@ -74,6 +74,8 @@ __all__ = [
 
 # Read on every call during a capture: the registry's dict itself.
 _sessions = _registry.sessions
+# Non-zero while a host callback runs somewhere (or an error one raised is kept).
+_host_attention = _hostcalls.attention
 
 
 # ---------------------------------------------------------------- policy
@@ -611,9 +613,11 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     """The check every kernel launch passes through, on both backends: it
     returns the arguments the kernel is launched with.
 
-    While a capture is active, a launch that may break it is validated: one
-    on the legacy default stream, on a stream whose capture another thread
-    invalidated, or with an argument whose type may carry host memory. A
+    A launch from inside a host callback is refused (CUDA forbids it
+    there). While a capture is active, a launch that may break it is
+    validated: one on the legacy default stream, on a stream whose capture
+    another thread invalidated, or with an argument whose type may carry
+    host memory. A
     launch on a capturing stream keeps its kernel and arguments alive with
     the graph. Instances of registered device wrappers are unwrapped once
     the launch is allowed (a Condition's unwrapping marks it set).
@@ -621,6 +625,8 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     # Hot path (every launch, eager or captured): one pass over the
     # arguments serves both checks, and the unwrapping is a plain loop.
     wrappers, never_host = _registry.device_wrappers, _never_host
+    if _host_attention[0]:
+        _hostcalls.refuse_here(f"launching {_kernel_name(kernel)}")
     check = wrapped = False
     for arg in args:
         kind = type(arg)
@@ -741,7 +747,10 @@ class Check(NamedTuple):
     the call returns in its place (None: the call runs as checked).
     ``memory(*args, **kwargs)``, when given, runs before the call whenever
     graph-owned memory exists, in a capture or not, and raises to refuse a
-    use of such memory where it does not exist."""
+    use of such memory where it does not exist. Every checked entry point
+    is refused inside a host callback (it calls CUDA); one that ``waits``
+    for the device raises, once it has waited, the error a host callback
+    raised and numbagraph kept (HostCallbackError)."""
 
     check: Callable[..., None]
     why: str
@@ -751,6 +760,7 @@ class Check(NamedTuple):
     unsafe: bool = True
     instead: Callable[..., Any] | None = None
     memory: Callable[..., None] | None = None
+    waits: bool = False
 
 
 _ALLOCATES = "refused where a capture forbids allocation"
@@ -825,7 +835,8 @@ CHECKS: dict[str, dict[str, Check]] = {
                                              "from the host into a capture",
                            memory=_memory_to_device),
         "synchronize": Check(_check_device_synchronize,
-                             "refused while any capture runs: it waits on capturing streams"),
+                             "refused while any capture runs: it waits on capturing streams",
+                             waits=True),
         "device_array": Check(
             _check_allocation("cuda.device_array()"),
             "made for the capturing stream on its thread, memory of the graph; "
@@ -861,7 +872,7 @@ CHECKS: dict[str, dict[str, Check]] = {
     "stream": {
         "synchronize": Check(_check_stream_synchronize,
                              "refused on a capturing stream and where a capture forbids "
-                             "blocking the host"),
+                             "blocking the host", waits=True),
     },
     # methods of numba's event class
     "event": {
@@ -871,7 +882,8 @@ CHECKS: dict[str, dict[str, Check]] = {
         "wait": Check(_check_event_wait, "a stream may not join a capture through an event",
                       unsafe=False),
         **{name: Check(_check_event_wait_host(f"event.{name}()"),
-                       "refused for an event recorded inside a capture")
+                       "refused for an event recorded inside a capture",
+                       waits=name == "synchronize")
            for name in ("synchronize", "query")},
     },
 }

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
-from . import _registry
+from . import _hostcalls, _registry
+from ._hostcalls import attention as _host_attention
 from ._registry import register_device_wrapper
 from ._registry import sessions as _sessions
 from .backend import active as _backend
@@ -160,6 +161,8 @@ class DeviceScalar:
     HostCopyInCaptureError
         ``stream`` captures, so the first value could not be copied to the
         device.
+    CudaInHostCallbackError
+        Made inside a host callback.
 
     Examples
     --------
@@ -188,6 +191,8 @@ class DeviceScalar:
         self._stream = cuda.default_stream() if stream is None else stream
         self._handle = _backend.stream_handle(self._stream)
         initial = np.array([self._check(value)], dtype)
+        if _host_attention[0]:
+            _hostcalls.refuse_here("ng.DeviceScalar()")
         if _sessions:
             guard_allocation("ng.DeviceScalar()", self._handle)
             guard_host_to_device(
@@ -225,6 +230,8 @@ class DeviceScalar:
         ForeignStreamInCaptureError
             The scalar's stream is the legacy default stream while a stream
             captures.
+        CudaInHostCallbackError
+            Called from inside a host callback.
 
         Warns
         -----
@@ -240,6 +247,8 @@ class DeviceScalar:
         ```
         """
         value = self._check(value)
+        if _host_attention[0]:
+            _hostcalls.refuse_here("DeviceScalar.update()")
         if not _sessions:
             self._store(value)
             return
@@ -264,7 +273,15 @@ class DeviceScalar:
             The scalar's stream captures, so nothing would be read now.
         SyncInCaptureError
             A capture forbids blocking the host on this thread.
+        HostCallbackError
+            A host callback ([on_host][numbagraph.on_host]) raised since the
+            last report (raised once the value is read).
+        CudaInHostCallbackError
+            Read inside a host callback (a HostScalar is what a callback
+            reads).
         """
+        if _host_attention[0]:
+            _hostcalls.refuse_here("DeviceScalar.value")
         # Checked and read as one call that a "global" capture forbids.
         with _registry.unsafe_call:
             if _sessions:
@@ -275,6 +292,8 @@ class DeviceScalar:
                 guard_host_wait(self._handle, "DeviceScalar.value")
             host = self._dev.copy_to_host(stream=self._stream)
             _backend.synchronize(self._handle)
+        if _host_attention[0]:
+            _hostcalls.report("DeviceScalar.value")
         return host[0].item()
 
     def _warn_if_meant_for_a_capture(self, operation: str, stream: Any) -> None:
@@ -320,6 +339,8 @@ class DeviceScalar:
             ``into`` has another dtype.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        CudaInHostCallbackError
+            Called from inside a host callback.
 
         Examples
         --------
@@ -338,6 +359,8 @@ class DeviceScalar:
                 f"read_async(): the HostScalar holds {into.dtype.name}, the DeviceScalar "
                 f"{self._dtype.name}; make a HostScalar of {self._dtype.name}")
         handle = self._handle if stream is None else _backend.stream_handle(stream)
+        if _host_attention[0]:
+            _hostcalls.refuse_here("DeviceScalar.read_async()")
         session = _registry.on(handle) if _sessions else None
         if _sessions:
             if session is None:
@@ -384,6 +407,8 @@ class HostScalar:
         ``dtype`` is not one a DeviceScalar takes.
     AllocationInCaptureError
         Made where a capture forbids allocating.
+    CudaInHostCallbackError
+        Made inside a host callback (it allocates pinned memory).
 
     Examples
     --------
@@ -402,6 +427,8 @@ class HostScalar:
             raise ScalarValueError(
                 f"HostScalar does not support dtype {dtype}; use one of "
                 + ", ".join(d.name for d in SCALAR_DTYPES))
+        if _host_attention[0]:
+            _hostcalls.refuse_here("ng.HostScalar()")
         if _sessions:
             guard_allocation("ng.HostScalar() (pinned memory)")
         self._host = _backend.mapped_host_array(1, dtype)

@@ -13,11 +13,11 @@ PACKAGE = ROOT / "numbagraph"
 # Lowest first; a module may import from its own layer or a lower one.
 LAYERS = [
     ("errors", "backend"),
-    ("_registry", "_graphmem"),
+    ("_registry", "_graphmem", "_hostcalls"),
     ("safety",),
     ("_patches", "graph", "_rebind"),
     ("capture",),
-    ("scalar", "conditional", "alloc"),
+    ("scalar", "conditional", "alloc", "host"),
     ("ops", "precompile", "graphed", "loops", "launch"),
     ("bench", "soak", "__init__"),
 ]

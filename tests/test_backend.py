@@ -10,7 +10,8 @@ from numbagraph.backend import active, interface
 
 BACKEND_DIR = pathlib.Path(interface.__file__).parent
 BACKENDS = {
-    "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory", "driver_launch"),
+    "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory", "driver_launch",
+             "driver_host"),
     "simulator": ("simulator", "simulator_conditional", "simulator_ops", "simulator_memory"),
 }
 

@@ -249,3 +249,9 @@ def test_example_rk4_pingpong_runs(capsys):
     out = _example_output("rk4_pingpong.py", capsys)
     assert "graphed: 1 capture" in out
     assert "graphed result matches eager bit for bit" in out
+
+
+def test_example_watch_residual_runs(capsys):
+    out = _example_output("watch_residual.py", capsys)
+    assert "the callback saw every replay's residual, in order" in out
+    assert "match NumPy" in out

@@ -108,8 +108,10 @@ if _numba_config.ENABLE_CUDASIM:
     from . import simulator, simulator_conditional, simulator_memory, simulator_ops
     _modules: tuple = (simulator, simulator_conditional, simulator_ops, simulator_memory)
 else:
-    from . import driver, driver_conditional, driver_launch, driver_memory, driver_ops
-    _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch)
+    from . import (
+        driver, driver_conditional, driver_host, driver_launch, driver_memory, driver_ops,
+    )
+    _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch, driver_host)
 
 active: Backend = bind(_modules[0].NAME, *_modules)
 

@@ -291,6 +291,16 @@ class Backend(Protocol):
         """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same
         size) on the stream, without waiting: a copy node in a capture."""
 
+    # ------------------------------------------------------------ host callbacks
+
+    def host_call(self, handle: int, call: Callable[[], None]) -> None:
+        """Enqueue ``call()`` on the stream: run on the host once the work
+        before it is done, and before the work after it starts; a host node
+        while the stream captures, run at that point of every launch of the
+        graph. ``call`` raises nothing and calls no CUDA; the backend keeps
+        it alive until it has run, or for as long as a graph made from the
+        capture (or updated from one) may still run it."""
+
     # ------------------------------------------------------------ graph memory
 
     def graph_allocate(self, handle: int, shape: tuple[int, ...], dtype: np.dtype,

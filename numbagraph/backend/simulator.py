@@ -486,6 +486,13 @@ def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     _record_or_run(handle, functools.partial(np.copyto, host, dev._ary))
 
 
+def host_call(handle: int, call: Callable[[], None]) -> None:
+    """Run ``call()`` in the stream's order: now, or at this point of every
+    launch of the graph while the stream captures (a recorded call, which
+    the graph holds)."""
+    _record_or_run(handle, call)
+
+
 def memset_zero(dev: Any, handle: int) -> None:
     """Zero every byte of ``dev`` on the stream (recorded while it captures)."""
     _record_or_run(handle, functools.partial(dev._ary.fill, 0))
