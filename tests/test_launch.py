@@ -316,6 +316,44 @@ def test_a_recompiled_kernel_is_the_one_launched(stream):
         add_offset.recompile()
 
 
+@pytest.mark.driver_only(reason="recompile() belongs to numba's driver dispatcher")
+def test_a_configuration_kept_across_a_recompile_launches_the_new_kernel(stream):
+    global OFFSET
+    out = cuda.to_device(np.zeros(8, np.float32), stream=stream)
+    configured = add_offset[1, 8, stream]
+    configured(out)
+    configured(out)
+    try:
+        OFFSET = 7.0
+        add_offset.recompile()
+        configured(out)
+        assert out.copy_to_host(stream=stream)[0] == 7.0
+    finally:
+        OFFSET = 1.0
+        add_offset.recompile()
+
+
+def test_repeated_launches_pack_each_new_argument(stream):
+    x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
+    out = cuda.to_device(np.zeros(32, np.float32), stream=stream)
+    three = np.float32(3)
+    for _ in range(3):
+        scale_into[1, 32, stream](x, three, out)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 3 * np.arange(32))
+    # Another array, another number: each launch packs what it is given.
+    y = cuda.to_device(np.ones(32, np.float32), stream=stream)
+    scale_into[1, 32, stream](y, three, out)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), np.full(32, 3))
+    scale_into[1, 32, stream](y, np.float32(-0.0), out)
+    assert np.all(np.signbit(out.copy_to_host(stream=stream)))
+    # An array made where a freed one was gets its own packing.
+    for k in range(4):
+        z = cuda.to_device(np.full(32, k, np.float32), stream=stream)
+        scale_into[1, 32, stream](z, three, out)
+        np.testing.assert_array_equal(out.copy_to_host(stream=stream), np.full(32, 3 * k))
+        del z
+
+
 def test_launch_records_take_dimensions_as_numba_does(stream):
     x = cuda.to_device(np.arange(32, dtype=np.float32), stream=stream)
     out = cuda.to_device(np.zeros(32, np.float32), stream=stream)

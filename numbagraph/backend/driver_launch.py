@@ -25,6 +25,7 @@ numba-cuda is not one this layout was checked against (``CHECKED``).
 from __future__ import annotations
 
 import ctypes
+import operator
 import importlib.metadata
 import struct
 import threading
@@ -332,14 +333,16 @@ class FastConfiguration:
     last launch, which the next launch with arguments of the same key and in
     the same context takes without looking it up."""
 
-    __slots__ = ("dispatcher", "numba", "handle", "dims", "_last")
+    __slots__ = ("dispatcher", "numba", "handle", "dims", "_last", "_packed")
 
     def __init__(self, dispatcher: Any, numba: Any):
         self.dispatcher, self.numba = dispatcher, numba
         self.handle = int(numba.stream.handle)
         self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
-        # (context key, argument key, plan) of the last fast launch.
+        # (context key, argument key, plan) of the last fast launch, and this
+        # thread's packing.
         self._last: tuple | None = None
+        self._packed = _Packed()
 
     # numba's _LaunchConfiguration attributes, for code that reads them.
     griddim = property(lambda self: self.numba.griddim)
@@ -354,22 +357,63 @@ class FastConfiguration:
         launch is numba's, which runs them."""
         return self.numba.pre_launch_callbacks
 
+    def forget(self) -> None:
+        """Drop the plan and the packings it remembers (the kernel was
+        compiled again)."""
+        self._last = None
+        self._packed = _Packed()
+
     def __call__(self, *args: Any) -> Any:
         dispatcher = self.dispatcher
         args = _on_launch[0](self.handle, dispatcher, args)
         if self.numba.pre_launch_callbacks:
             return _numba_call[0](dispatcher, args, self.numba)
-        ctx, key = _context_key(), key_of(args)
-        last = self._last
-        if last is not None and last[1] == key and last[0] == ctx:
-            plan = last[2]
+        ctx = _context_key()
+        packed = self._packed
+        last = packed.last
+        marks = tuple([value.__dict__.get(_ENTRY) if type(value) in _ARRAY_TYPES else value
+                       for value in args])
+        if last is not None and last[0] == ctx and len(marks) == len(last[1]) and all(
+                map(operator.is_, marks, last[1])):
+            # The same arrays and number objects as this thread's last
+            # launch of this configuration: its packing holds.
+            err, = _launch_kernel(last[2], *self.dims, _stream(self.handle), last[3][2], 0)
+            if err:
+                raise DriverError("cuLaunchKernel", err)
+            return None
+        key = key_of(args)
+        memo = self._last
+        if memo is not None and memo[1] == key and memo[0] == ctx:
+            plan = memo[2]
         else:
             plan = plan_for(dispatcher, args, ctx, key=key)
             if plan is None:
                 return _numba_call[0](dispatcher, args, self.numba)
             self._last = (ctx, key, plan)
-        launch_packed(plan, args, self.handle, self.dims)
+        buffer = packed.buffer
+        if buffer is None or packed.plan is not plan:
+            buffer, packed.plan = plan.buffer(), plan
+            packed.buffer = buffer
+        plan.pack(args, buffer)
+        err, = _launch_kernel(plan.function, *self.dims, _stream(self.handle), buffer[2], 0)
+        if err:
+            packed.last = None
+            raise DriverError("cuLaunchKernel", err)
+        # Array marks are computed now that key_of has made every entry.
+        packed.last = (ctx, tuple([value.__dict__.get(_ENTRY) if type(value) in _ARRAY_TYPES
+                                   else value for value in args]), plan.function, buffer)
         return None
+
+
+class _Packed(threading.local):
+    """A configuration's packing on one thread: its own parameter buffer, the
+    plan it was made for, and (context, argument marks, function, buffer) of
+    the last launch. An array's mark is its cached entry, so the marks hold
+    no array, and a new array at a reused address has a new mark."""
+
+    last: tuple | None = None
+    buffer: tuple | None = None
+    plan: Plan | None = None
 
 
 # The launch hook and numba's own CUDADispatcher.call, set as the patches
@@ -427,7 +471,8 @@ def _forgetting_plans(original: Callable) -> Callable:
         # with the configurations that remember one.
         for key in [k for k in _plans if k[0] is self]:
             del _plans[key]
-        _configurations.pop(self, None)
+        for configuration in _configurations.pop(self, {}).values():
+            configuration.forget()
         original(self)
 
     return reset_overloads
