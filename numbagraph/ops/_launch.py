@@ -160,17 +160,18 @@ def _call_key(op: Callable, args: tuple, kwargs: dict, objects: list) -> tuple |
     if not arrays:
         return None
     key: list = [op]
-    for value in (*args, *kwargs.values()):
-        kind = type(value)
-        if kind in arrays:
-            objects.append(value)
-            key.append(id(value))
-        elif kind in streams:
-            key.append((kind, int(value.handle)))
-        elif kind in _NUMBERS:
-            key.append((kind, value, str(value)) if value == 0 else (kind, value))
-        else:
-            return None
+    for values in (args, kwargs.values()):
+        for value in values:
+            kind = type(value)
+            if kind in arrays:
+                objects.append(value)
+                key.append(id(value))
+            elif kind in streams:
+                key.append((kind, int(value.handle)))
+            elif kind in _NUMBERS:
+                key.append((kind, value, str(value)) if value == 0 else (kind, value))
+            else:
+                return None
     return (*key, *kwargs)
 
 
