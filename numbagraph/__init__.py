@@ -15,6 +15,8 @@ from .capture import *  # noqa: F401,F403
 from .conditional import *  # noqa: F401,F403
 from .errors import *  # noqa: F401,F403
 from .graph import *  # noqa: F401,F403
+from . import nodes as _nodes
+from .nodes import Node, NodeArg  # noqa: F401
 from .graphed import GraphedCacheInfo, GraphedFunction, graphed  # noqa: F401
 from .host import on_host  # noqa: F401
 from .launch import LaunchRecord, launch_record  # noqa: F401
@@ -55,7 +57,7 @@ def backend() -> str:
 
 __all__ = [
     "backend", "ops",
-    *_capture.__all__, *graph.__all__, *scalar.__all__, *conditional.__all__,
+    *_capture.__all__, *graph.__all__, *_nodes.__all__, *scalar.__all__, *conditional.__all__,
     *alloc.__all__, *errors.__all__, *ops.__all__, *_precompile.__all__, *_graphed.__all__, *_launch.__all__, *loops.__all__,
     *_host.__all__,
 ]

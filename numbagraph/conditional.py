@@ -233,11 +233,15 @@ class Condition:
     stream
         The capturing stream; needed only while this thread has several
         captures in progress.
+    name
+        What to call the condition where a graph's nodes are described
+        ([CapturedGraph.nodes][numbagraph.CapturedGraph.nodes],
+        ``summary()``, ``to_dot()``); unnamed if omitted.
 
     Raises
     ------
     TypeError
-        ``default`` is not an int, a bool or None.
+        ``default`` is not an int, a bool or None, or ``name`` is not a str.
     ValueError
         ``default`` is outside 0..2**32-1.
     ConditionalError
@@ -257,10 +261,15 @@ class Condition:
     ```
     """
 
-    __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "_passed", "__weakref__")
+    __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "_passed", "_name",
+                 "__weakref__")
 
-    def __init__(self, default: int | bool | None = None, *, stream: Any = None):
+    def __init__(self, default: int | bool | None = None, *, stream: Any = None,
+                 name: str | None = None):
         default = _check_default(default)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a Condition's name is a str, not {type(name).__name__}")
+        self._name = name
         session = _session_for(stream, "make an ng.Condition")
         _require_cuda(IF_WHILE_CUDA, "ng.Condition (a conditional graph node)")
         blocks = _blocks_for(session)
@@ -282,6 +291,11 @@ class Condition:
     def default(self) -> int | None:
         """The value assigned as each launch starts; None: not reset."""
         return self._default
+
+    @property
+    def name(self) -> str | None:
+        """The name given when the condition was made, or None."""
+        return self._name
 
     @property
     def stream(self) -> Any:
@@ -308,7 +322,8 @@ class Condition:
         blocks = getattr(self, "_blocks", None)
         if blocks is None:
             return "<ng.Condition (not made)>"
-        return f"<ng.Condition default={self._default} on {blocks.stream!r}>"
+        named = "" if self._name is None else f" {self._name!r}"
+        return f"<ng.Condition{named} default={self._default} on {blocks.stream!r}>"
 
 
 def _kernel_argument(cond: Condition) -> Any:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from . import _graphmem, _hostcalls, _rebind, _registry
 from ._registry import release_when_idle
+from . import nodes as _nodes
 from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _captures
 from .backend import active as _backend
@@ -27,7 +28,7 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive", "spans", "launched", "memory")
+    __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None):
         self.executable = executable
@@ -39,6 +40,9 @@ class _Resources:
         self.spans: list[list] | None = None
         # Handles of the streams the graph was launched on.
         self.launched: set[int] = set()
+        # The kernel launches described (nodes.Launches), once the launches
+        # in keepalive are split up by a rebinding; until then, read there.
+        self.launches: Any = None
 
     def arrays(self) -> list:
         """Everything the graph keeps alive, as one list."""
@@ -148,6 +152,7 @@ class CapturedGraph:
         self._stream = stream
         self._handle = handle
         self._launchers: dict[int, Any] = {}
+        self._nodes: tuple[_nodes.Node, ...] | None = None
 
     def _executable(self) -> Any:
         executable = self._res.executable
@@ -357,6 +362,7 @@ class CapturedGraph:
         # are dropped as a closed graph's are, once no capture runs.
         superseded = self._res.arrays()
         self._res.keepalive = list(other._res.keepalive)
+        self._res.launches, self._nodes = other._res.launches, None
         self._res.spans = None if other._res.spans is None else [
             list(entry) for entry in other._res.spans]
         self._res.drop(superseded)
@@ -435,6 +441,9 @@ class CapturedGraph:
         plan = self._instantiated().plan_rebind(moves)
         res = self._res
         if res.spans is None:
+            # What describes the graph's launches is kept before they go.
+            if res.launches is None:
+                res.launches = _nodes.launches_of(res.keepalive)
             res.keepalive, res.spans = _rebind.spans_of(res.keepalive)
         held = _rebind.check_held(res.spans, pairs, moves)
         for i, used in enumerate(plan.used):
@@ -503,6 +512,122 @@ class CapturedGraph:
             The graph was closed.
         """
         return self._executable().num_nodes
+
+    @property
+    def nodes(self) -> tuple[_nodes.Node, ...]:
+        """The graph's nodes, one [Node][numbagraph.Node] record each, in a
+        stable topological order (a node after those it depends on), the
+        nodes of a conditional body nested in its node's ``bodies``; the
+        same on the driver and on the simulator.
+
+        A kernel node names the Python kernel it runs, where it is defined,
+        its grid, block and dynamic shared memory, and the arguments its
+        launch was given (arrays by shape and dtype, numbers by type and
+        value, DeviceScalars and Conditions by the ``name`` they were made
+        with). A memset gives its bytes and value, a copy its bytes and
+        direction, a memory node the bytes it allocates or frees. The
+        records describe the work as captured, or as taken by
+        [update][numbagraph.CapturedGraph.update]: a rebinding keeps every
+        shape and dtype, and they keep the names of what was captured.
+
+        Raises
+        ------
+        GraphClosedError
+            The graph was closed.
+
+        Examples
+        --------
+        ```python
+        kernels = [n.name for n in graph.nodes if n.kind == "kernel"]
+        ```
+        """
+        executable = self._executable()
+        found = self._nodes
+        if found is None:
+            res = self._res
+            launches = res.launches
+            if launches is None:
+                launches = _nodes.launches_of(res.keepalive)
+            found = self._nodes = _nodes.build(executable, launches)
+        return found
+
+    def summary(self) -> str:
+        """A table of the graph's [nodes][numbagraph.CapturedGraph.nodes]:
+        one row per node (index, kind, name, grid, block, shared bytes, what
+        it reads, the indices it depends on), each conditional body's rows
+        indented under its node.
+
+        Returns
+        -------
+        str
+            The table, one line per row.
+
+        Raises
+        ------
+        GraphClosedError
+            The graph was closed.
+
+        Examples
+        --------
+        ```python
+        print(graph.summary())
+        ```
+        """
+        return _nodes.summary(self.nodes)
+
+    def to_dot(self) -> str:
+        """The graph's [nodes][numbagraph.CapturedGraph.nodes] as Graphviz
+        DOT text: a node per graph node, kernels named as in Python, an edge
+        per dependency, each conditional body a cluster under its node.
+
+        Returns
+        -------
+        str
+            DOT text, for ``dot -Tsvg`` or any DOT viewer.
+
+        Raises
+        ------
+        GraphClosedError
+            The graph was closed.
+
+        Examples
+        --------
+        ```python
+        text = graph.to_dot()
+        ```
+        """
+        return _nodes.to_dot(self.nodes)
+
+    def save(self, path: Any) -> None:
+        """Write the graph's drawing to ``path``: ``.dot`` writes the DOT
+        text of [to_dot][numbagraph.CapturedGraph.to_dot]; ``.svg`` and
+        ``.png`` draw it with Graphviz's ``dot`` program.
+
+        Parameters
+        ----------
+        path
+            A str or path ending in ``.dot``, ``.svg`` or ``.png``.
+
+        Raises
+        ------
+        ValueError
+            ``path`` ends in another suffix.
+        TypeError
+            ``path`` is not a str or path.
+        GraphClosedError
+            The graph was closed.
+        NumbagraphError
+            ``.svg`` or ``.png``, and Graphviz's ``dot`` is not installed
+            (install Graphviz, or save ``.dot``), or it failed.
+
+        Examples
+        --------
+        ```python
+        graph.save("step.dot")
+        graph.save("step.svg")      # needs Graphviz
+        ```
+        """
+        _nodes.save(path, self.to_dot)
 
     @property
     def stream(self) -> Any:

@@ -146,12 +146,16 @@ class DeviceScalar:
         when omitted (int -> int64, float -> float64).
     stream
         The stream updates are ordered on; the default stream if omitted.
+    name
+        What to call the scalar where a graph's nodes are described
+        ([CapturedGraph.nodes][numbagraph.CapturedGraph.nodes],
+        ``summary()``, ``to_dot()``); unnamed if omitted.
 
     Raises
     ------
     TypeError
-        ``dtype`` is omitted and cannot be inferred from ``value``, or
-        ``stream`` is not a stream.
+        ``dtype`` is omitted and cannot be inferred from ``value``,
+        ``stream`` is not a stream, or ``name`` is not a str.
     ScalarValueError
         ``dtype`` is not one of [SCALAR_DTYPES][numbagraph.SCALAR_DTYPES],
         or ``value`` does not fit it.
@@ -175,11 +179,15 @@ class DeviceScalar:
     """
 
     __slots__ = (
-        "_dtype", "_check", "_dev", "_stream", "_handle", "_store",
+        "_dtype", "_check", "_dev", "_stream", "_handle", "_store", "_name",
         "__weakref__",
     )
 
-    def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None):
+    def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None,
+                 name: str | None = None):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a DeviceScalar's name is a str, not {type(name).__name__}")
+        self._name = name
         dtype = _infer_dtype(value) if dtype is None else np.dtype(dtype)
         if dtype not in SCALAR_DTYPES:
             raise ScalarValueError(
@@ -213,6 +221,11 @@ class DeviceScalar:
     def stream(self) -> Any:
         """The stream updates are ordered on."""
         return self._stream
+
+    @property
+    def name(self) -> str | None:
+        """The name given when the scalar was made, or None."""
+        return self._name
 
     def update(self, value: Any) -> None:
         """Set the device value, ordered on the scalar's stream.
@@ -382,7 +395,8 @@ class DeviceScalar:
         return _backend.array_interface(self._dev)
 
     def __repr__(self) -> str:
-        return f"DeviceScalar(dtype={self._dtype.name}, stream={self._stream!r})"
+        named = "" if self._name is None else f"name={self._name!r}, "
+        return f"DeviceScalar({named}dtype={self._dtype.name}, stream={self._stream!r})"
 
 
 register_device_wrapper(DeviceScalar, DeviceScalar.inner)

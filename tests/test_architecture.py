@@ -15,7 +15,7 @@ LAYERS = [
     ("errors", "backend"),
     ("_registry", "_graphmem", "_hostcalls"),
     ("safety",),
-    ("_patches", "graph", "_rebind"),
+    ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),
     ("scalar", "conditional", "alloc", "host"),
     ("ops", "precompile", "graphed", "loops", "launch"),

@@ -14,6 +14,9 @@ BACKENDS = {
              "driver_host"),
     "simulator": ("simulator", "simulator_conditional", "simulator_ops", "simulator_memory"),
 }
+# Each backend's reading of a captured graph's nodes.
+BACKENDS["cuda"] += ("driver_nodes",)
+BACKENDS["simulator"] += ("simulator_nodes",)
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

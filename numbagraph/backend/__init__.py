@@ -113,6 +113,13 @@ else:
     )
     _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch, driver_host)
 
+# Each backend's reading of a captured graph's nodes.
+if _numba_config.ENABLE_CUDASIM:
+    from . import simulator_nodes as _nodes
+else:
+    from . import driver_nodes as _nodes  # type: ignore[no-redef]
+_modules += (_nodes,)
+
 active: Backend = bind(_modules[0].NAME, *_modules)
 
 __all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

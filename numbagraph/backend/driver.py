@@ -78,8 +78,10 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        # Every conditional body graph made in the capture, in order.
+        # Every conditional body graph made in the capture, in order; and
+        # each conditional node, by handle: (kind, its bodies, its condition).
         self.bodies: list = []
+        self.conditionals: dict[int, tuple] = {}
         # The capture's own graph, if a conditional block ended the capture
         # and the driver refused to begin it again: abort destroys it.
         self.stranded: Any = None
@@ -120,7 +122,8 @@ class Recording:
             raise DriverError("cuStreamEndCapture", err)
         err, ctx = cu.cuStreamGetCtx(self.handle)
         executable = Executable(graph, self.bodies,
-                                ctx if err == cu.CUresult.CUDA_SUCCESS else None)
+                                ctx if err == cu.CUresult.CUDA_SUCCESS else None,
+                                self.conditionals)
         if instantiate:
             try:
                 executable.instantiate()
@@ -157,9 +160,11 @@ _AUTO_FREE_ON_LAUNCH = int(
 class Executable:
     """A captured graph, which it owns, and its instantiation."""
 
-    def __init__(self, graph: Any, bodies: Sequence[Any] = (), ctx: Any = None):
+    def __init__(self, graph: Any, bodies: Sequence[Any] = (), ctx: Any = None,
+                 conditionals: dict[int, tuple] | None = None):
         self._definition = graph
         self._bodies = tuple(bodies)
+        self._conditionals = dict(conditionals or {})
         self._ctx = ctx
         self._graph = None
         self._num_nodes: int | None = None
@@ -241,6 +246,18 @@ class Executable:
 
     def _nodes(self) -> list[Any]:
         return graph_nodes(self._definition, self._bodies)
+
+    def definition(self) -> tuple[Any, dict[int, tuple]]:
+        """The definition whose parameters the executable runs (its own, or
+        that of the graph it was last updated from), and that definition's
+        conditional nodes by handle: ``(kind, bodies, condition)``."""
+        source = self._applied or self
+        if source._definition is None:
+            raise GraphClosedError(
+                "this graph was updated from a graph that has since been closed, "
+                "whose nodes are gone; update it again from a graph that is still open")
+        return source._definition, source._conditionals
+
 
     def plan_rebind(self, moves: Sequence[Move]) -> Any:
         if self._index is None:

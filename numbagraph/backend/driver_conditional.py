@@ -159,6 +159,7 @@ class ConditionalNode(BodyTracking):
             node = _add_node(graph, deps, params)
             self._bodies = [params.conditional.phGraph_out[i] for i in range(size)]
             recording.bodies.extend(self._bodies)
+            recording.conditionals[int(node)] = (kind, tuple(self._bodies), condition)
         finally:
             self._resume(graph, deps if node is None else [node])
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 import numpy as np
 
 __all__ = ["Backend", "Recording", "Executable", "RebindPlan", "Move", "ConditionalNode", "Patch",
-           "LaunchHook", "MEMBERS", "bind", "fast_launch_off"]
+           "LaunchHook", "NodeInfo", "MEMBERS", "bind", "fast_launch_off"]
 
 def fast_launch_off() -> bool:
     """Whether ``NUMBAGRAPH_FAST_LAUNCH`` turns the fast launch path off
@@ -139,6 +139,39 @@ class Executable(Protocol):
 
     def close(self) -> None:
         """Free the graph."""
+
+
+class NodeInfo(NamedTuple):
+    """One node of a captured graph as a backend reads it, for
+    :mod:`numbagraph.nodes` to make its record from.
+
+    ``kind`` is one of ``"kernel"``, ``"memset"``, ``"memcpy"``,
+    ``"conditional"``, ``"child"``, ``"host"``, ``"event"``, ``"memory"``,
+    ``"empty"``, ``"other"``; ``depends`` are the positions, in the same
+    tuple, of the nodes it depends on. A kernel node names the kernel it
+    runs (``kernel``, None when unknown) and its launch dimensions; a
+    memset its bytes, the value of each element and the element's size; a
+    memcpy its bytes and ``direction`` (``"device to host"``, ...); a
+    memory node its ``action`` (``"alloc"`` or ``"free"``) and bytes; an
+    event node its ``action`` (``"record"`` or ``"wait"``); a conditional
+    node its kind (``"while"``, ``"if"``, ``"switch"``), its ``condition``
+    as a kernel is given it, and its bodies; a child node its one graph as
+    ``bodies[0]``."""
+
+    kind: str
+    depends: tuple[int, ...] = ()
+    kernel: Any = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    shared: int | None = None
+    nbytes: int | None = None
+    value: int | None = None
+    element_size: int | None = None
+    direction: str | None = None
+    action: str | None = None
+    conditional: str | None = None
+    condition: Any = None
+    bodies: tuple[tuple["NodeInfo", ...], ...] = ()
 
 
 class ConditionalNode(Protocol):
@@ -334,6 +367,16 @@ class Backend(Protocol):
 
     def trim_graph_memory(self) -> None:
         """Give the graph memory no graph holds back to the system."""
+
+    # ------------------------------------------------------------ inspection
+
+    def describe_graph(self, executable: Executable,
+                       kernels: Sequence[Any]) -> tuple[NodeInfo, ...]:
+        """The nodes of the graph ``executable`` runs (that of the graph it
+        was last updated from, if any), in a stable topological order, a
+        conditional's bodies nested in its node. ``kernels`` are the
+        ``@cuda.jit`` kernels launched in the capture: a kernel node names
+        the one it runs, or None when it runs none of them."""
 
     # ------------------------------------------------------------ conditionals
 

@@ -369,9 +369,14 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     return store
 
 
+def _store_scalar(dev: Any, held: np.ndarray) -> None:
+    """A recorded scalar update: what the driver records as memset nodes."""
+    _copy_to_device(dev, held)
+
+
 def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) -> None:
     held = np.array([value], np.dtype(dtype))
-    _recordings[capture_key(handle)].nodes.append(functools.partial(_copy_to_device, dev, held))
+    _recordings[capture_key(handle)].nodes.append(functools.partial(_store_scalar, dev, held))
 
 
 def device_pointer(dev: Any) -> int:
@@ -470,10 +475,21 @@ def _record_or_run(handle: int, call: Callable[[], None]) -> None:
         call()
 
 
+# Recorded copies are calls of their own, so that a graph's description
+# tells a copy between device arrays from one into host memory.
+def _device_to_device(dst: np.ndarray, src: np.ndarray) -> None:
+    np.copyto(dst, src)
+
+
+def _device_to_host(host: np.ndarray, src: np.ndarray) -> None:
+    np.copyto(host, src)
+
+
 def copy_device(dst: Any, src: Any, handle: int) -> None:
     """Copy ``src`` into ``dst`` (device arrays of one size and dtype) on the
-    stream, as a driver copy does."""
-    _record_or_run(handle, functools.partial(np.copyto, dst._ary, src._ary))
+    stream, as a driver copy does (nothing for no bytes, as on the driver)."""
+    if dst._ary.nbytes:
+        _record_or_run(handle, functools.partial(_device_to_device, dst._ary, src._ary))
 
 
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
@@ -483,7 +499,7 @@ def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
 
 def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     """Copy ``dev`` into ``host`` on the stream (recorded while it captures)."""
-    _record_or_run(handle, functools.partial(np.copyto, host, dev._ary))
+    _record_or_run(handle, functools.partial(_device_to_host, host, dev._ary))
 
 
 def host_call(handle: int, call: Callable[[], None]) -> None:
@@ -494,8 +510,10 @@ def host_call(handle: int, call: Callable[[], None]) -> None:
 
 
 def memset_zero(dev: Any, handle: int) -> None:
-    """Zero every byte of ``dev`` on the stream (recorded while it captures)."""
-    _record_or_run(handle, functools.partial(dev._ary.fill, 0))
+    """Zero every byte of ``dev`` on the stream (recorded while it captures;
+    nothing for no bytes, as on the driver)."""
+    if dev._ary.nbytes:
+        _record_or_run(handle, functools.partial(dev._ary.fill, 0))
 
 
 def launch(dispatcher: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple,

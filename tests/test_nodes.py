@@ -1,0 +1,343 @@
+"""A captured graph's nodes: records, the summary table, DOT text and files,
+the same on the driver and on the simulator."""
+
+import gc
+import inspect
+import shutil
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph import NodeArg
+
+
+@cuda.jit
+def scale(x, factor, bias):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] * factor[0] + bias
+
+
+@cuda.jit
+def shift(x, by):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += by
+
+
+@cuda.jit
+def countdown(n, cond):
+    """n -= 1, and keep cond set while n > 0."""
+    if cuda.grid(1) == 0:
+        n[0] -= 1
+        ng.set_condition(cond, n[0] > 0)
+
+
+@cuda.jit
+def set_from(cond, value):
+    if cuda.grid(1) == 0:
+        ng.set_condition(cond, value[0])
+
+
+def line_of(kernel):
+    """``file:line`` where the kernel's Python function is written."""
+    return f"{inspect.getsourcefile(kernel.py_func)}:{inspect.getsourcelines(kernel.py_func)[1]}"
+
+
+def array(n, dtype=np.float32):
+    return NodeArg("array", dtype=np.dtype(dtype).name, shape=(n,))
+
+
+@pytest.fixture
+def x(stream):
+    return cuda.to_device(np.ones(32, np.float32), stream=stream)
+
+
+@pytest.fixture
+def y(stream):
+    return cuda.to_device(np.ones(32, np.float32), stream=stream)
+
+
+@pytest.fixture
+def factor(stream):
+    return ng.DeviceScalar(2.0, dtype=np.float32, stream=stream, name="factor")
+
+
+@pytest.fixture
+def warm(stream, x, factor):
+    """Every kernel of this file compiled for the arguments the tests give."""
+    scale[1, 32, stream](x, factor, np.float32(0.0))
+    shift[1, 32, stream](x, 0)
+    stream.synchronize()
+
+
+# ---------------------------------------------------------------- records
+
+
+def test_kernels_fills_and_copies_are_listed_in_order_with_what_they_read(
+        stream, x, y, factor, warm):
+    wide = ng.DeviceScalar(0, dtype=np.int64, stream=stream, name="wide")
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, factor, np.float32(0.5))
+        shift[(2, 1), (16, 1, 1), stream, 64](y, 3)
+        factor.update(4.0)
+        wide.update(2**33 + 5)
+        ng.copy_into(x, y, stream=stream)
+    nodes = cap.graph.nodes
+
+    assert [n.kind for n in nodes] == ["kernel", "kernel", "memset", "memset", "memset", "memcpy"]
+    assert [n.depends for n in nodes] == [(), (0,), (1,), (2,), (3,), (4,)]
+    first, second = nodes[0], nodes[1]
+    assert (first.name, first.source) == ("scale", line_of(scale))
+    assert (first.grid, first.block, first.shared) == ((1, 1, 1), (32, 1, 1), 0)
+    assert first.args == (array(32), NodeArg("DeviceScalar", dtype="float32", shape=(1,),
+                                              name="factor"),
+                          NodeArg("scalar", dtype="float32", value=0.5))
+    assert (second.name, second.source) == ("shift", line_of(shift))
+    assert (second.grid, second.block, second.shared) == ((2, 1, 1), (16, 1, 1), 64)
+    assert second.args == (array(32), NodeArg("scalar", dtype="int64", value=3))
+    # A float32 update is a memset of its bits; an 8-byte one two 4-byte
+    # memsets, the low word first.
+    assert [(n.nbytes, n.value, n.element_size) for n in nodes[2:5]] == [
+        (4, 0x40800000, 4), (4, 5, 4), (4, 2, 4)]
+    assert (nodes[5].nbytes, nodes[5].direction) == (32 * 4, "device to device")
+    assert all(n.bodies == () for n in nodes)
+
+
+def test_the_records_are_made_once_and_frozen(stream, x, factor, warm):
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, factor, np.float32(1.0))
+    graph = cap.graph
+    assert graph.nodes is graph.nodes
+    with pytest.raises(AttributeError):
+        graph.nodes[0].name = "other"
+
+
+def test_a_copy_into_host_memory_is_a_device_to_host_copy(stream, factor, warm):
+    seen = ng.HostScalar(np.float32)
+    with ng.capture(stream) as cap:
+        factor.read_async(seen)
+    (copy,) = cap.graph.nodes
+    assert (copy.kind, copy.nbytes, copy.direction) == ("memcpy", 4, "device to host")
+
+
+def test_unnamed_scalars_and_conditions_have_no_name(stream, x, warm):
+    plain = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, plain, np.float32(0.0))
+    arg = cap.graph.nodes[0].args[1]
+    assert arg.name is None and str(arg) == "DeviceScalar(float32)"
+    assert plain.name is None
+
+
+def test_names_must_be_strings_and_show_in_reprs(stream):
+    with pytest.raises(TypeError, match="name is a str"):
+        ng.DeviceScalar(1, stream=stream, name=3)
+    assert "name='pos'" in repr(ng.DeviceScalar(1, stream=stream, name="pos"))
+    with ng.capture(stream) as cap:
+        with pytest.raises(TypeError, match="name is a str"):
+            ng.Condition(default=1, name=b"more")
+        more = ng.Condition(default=0, name="more")
+        assert more.name == "more" and "'more'" in repr(more)
+        with ng.if_then(more):
+            pass
+    cap.graph.close()
+
+
+# ---------------------------------------------------------------- conditionals
+
+
+def test_conditional_bodies_are_nested_and_launches_keep_their_order(stream, x, warm):
+    n = ng.DeviceScalar(3, dtype=np.int32, stream=stream, name="n")
+    flag = ng.DeviceScalar(1, dtype=np.int32, stream=stream, name="flag")
+    with ng.capture(stream) as cap:
+        shift[1, 32, stream](x, 1)
+        n.update(3)
+        more = ng.Condition(default=1, name="more")
+        with ng.while_loop(more):
+            countdown[1, 1, stream](n, more)
+            shift[1, 32, stream](x, 2)
+        take = ng.Condition(name="take")
+        set_from[1, 1, stream](take, flag)
+        with ng.if_then(take):
+            shift[1, 32, stream](x, 4)
+        shift[1, 32, stream](x, 8)
+    graph = cap.graph
+    nodes = graph.nodes
+
+    assert [(n.kind, n.label) for n in nodes] == [
+        ("kernel", "shift"), ("memset", "memset"), ("conditional", "while"),
+        ("kernel", "set_from"), ("conditional", "if"), ("kernel", "shift")]
+    loop, branch = nodes[2], nodes[4]
+    assert loop.conditional == "while" and loop.depends == (1,)
+    assert loop.args == (NodeArg("Condition", value=1, name="more"),)
+    assert [(n.name, n.depends) for n in loop.body] == [("countdown", ()), ("shift", (0,))]
+    assert loop.body[0].args == (NodeArg("DeviceScalar", dtype="int32", shape=(1,), name="n"),
+                                 NodeArg("Condition", value=1, name="more"))
+    assert branch.conditional == "if" and len(branch.bodies) == 1
+    assert branch.args == (NodeArg("Condition", value=None, name="take"),)
+    # Each launch of one kernel keeps its own arguments, bodies included.
+    shifts = [nodes[0], loop.body[1], branch.body[0], nodes[5]]
+    assert [s.args[1].value for s in shifts] == [1, 2, 4, 8]
+    graph.launch()
+    stream.synchronize()
+    assert x.copy_to_host(stream=stream)[0] == 2 + 1 + 2 * 3 + 4 + 8   # 2 after warm
+
+
+def test_a_node_without_one_body_says_so(stream, x, factor, warm):
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, factor, np.float32(1.0))
+    with pytest.raises(ValueError, match="0 bodies"):
+        cap.graph.nodes[0].body
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_graph_owned_memory_is_memory_nodes(stream, x, warm):
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(32, np.float32, stream=stream)
+        zero = ng.zeros((4, 8), np.int16, stream=stream)
+        shift[1, 32, stream](tmp, 1)
+        ng.copy_into(tmp, x, stream=stream)
+        ng.free(tmp)
+    graph = cap.graph
+    nodes = graph.nodes
+    assert [(n.kind, n.action) for n in nodes] == [
+        ("memory", "alloc"), ("memory", "alloc"), ("memset", None), ("kernel", None),
+        ("memcpy", None), ("memory", "free")]
+    assert [n.nbytes for n in nodes] == [128, 64, 64, None, 128, 128]
+    assert (nodes[2].value, nodes[2].element_size) == (0, 1)
+    assert nodes[3].args == (array(32), NodeArg("scalar", dtype="int64", value=1))
+    assert graph.memory_bytes == 128 + 64
+    del zero
+
+
+# ---------------------------------------------------------------- after changes
+
+
+def test_a_rebound_graph_keeps_its_records_and_drops_the_old_arrays(stream, factor, warm):
+    old = cuda.to_device(np.ones(16, np.float32), stream=stream)
+    new = cuda.to_device(np.ones(16, np.float32), stream=stream)
+    with ng.capture(stream) as cap:
+        scale[1, 16, stream](old, factor, np.float32(1.0))
+    graph = cap.graph
+    graph.rebind({old: new})
+    gone = weakref.ref(old)
+    del old
+    gc.collect()
+    assert gone() is None, "the rebound graph still holds the old array"
+    (node,) = graph.nodes      # described only now, after the rebinding
+    assert node.name == "scale"
+    assert node.args == (array(16), NodeArg("DeviceScalar", dtype="float32", shape=(1,),
+                                            name="factor"),
+                         NodeArg("scalar", dtype="float32", value=1.0))
+
+
+def test_an_updated_graph_describes_what_it_took(stream, x, y, warm):
+    with ng.capture(stream) as first:
+        shift[1, 32, stream](x, 1)
+    with ng.capture(stream) as second:
+        shift[1, 32, stream](y, 7)
+    graph = first.graph
+    assert graph.nodes[0].args[1].value == 1
+    graph.update(second.graph)
+    assert graph.nodes[0].args[1].value == 7
+
+
+# ---------------------------------------------------------------- text
+
+
+def captured_loop(stream, x, factor):
+    n = ng.DeviceScalar(2, dtype=np.int32, stream=stream, name="n")
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, factor, np.float32(0.5))
+        more = ng.Condition(default=1, name="more")
+        with ng.while_loop(more):
+            countdown[1, 1, stream](n, more)
+        factor.update(1.0)
+    return cap.graph
+
+
+def test_summary_is_a_row_per_node_with_bodies_indented(stream, x, factor, warm):
+    text = captured_loop(stream, x, factor).summary()
+    lines = text.splitlines()
+    assert lines[0].split() == ["#", "kind", "name", "grid", "block", "shared", "args",
+                                "depends", "on"]
+    assert lines[1].split()[:3] == ["0", "kernel", "scale"]
+    assert "(1, 1, 1)  (32, 1, 1)" in lines[1]
+    assert "float32[32], factor=DeviceScalar(float32), float32(0.5)" in lines[1]
+    assert lines[2].split()[:3] == ["1", "conditional", "while"]
+    assert "more=Condition(default=1)" in lines[2] and lines[2].endswith(" 0")
+    assert lines[3].strip() == "body of 1 (while):"
+    assert lines[4].startswith("  0 ") and lines[4].split()[1:3] == ["kernel", "countdown"]
+    assert "n=DeviceScalar(int32), more=Condition(default=1)" in lines[4]
+    assert lines[5].split()[:3] == ["2", "memset", "-"]
+    assert "4 B = 0x3f800000 (4-byte elements)" in lines[5]
+    assert len(lines) == 6
+
+
+def test_dot_names_kernels_as_in_python_and_draws_bodies_as_clusters(
+        stream, x, factor, warm):
+    dot = captured_loop(stream, x, factor).to_dot()
+    assert dot.startswith("digraph captured {") and dot.rstrip().endswith("}")
+    assert 'n0 [label="scale\\ngrid (1, 1, 1) block (32, 1, 1)\\n' in dot
+    assert f'tooltip="{line_of(scale)}"' in dot
+    assert 'n1 [label="while\\nmore=Condition(default=1)", shape=diamond];' in dot
+    assert "subgraph cluster_n1_0 {" in dot and 'label="body of while";' in dot
+    assert 'n1_0_0 [label="countdown' in dot
+    assert "n0 -> n1;" in dot and "n1 -> n2;" in dot and "n1 -> n1_0_0 [style=dashed];" in dot
+    # numba's symbols are mangled C++ names: none appears.
+    assert "_Z" not in dot and "cudapy" not in dot
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_save_dot_writes_the_dot_text(stream, x, factor, warm, tmp_path):
+    graph = captured_loop(stream, x, factor)
+    graph.save(tmp_path / "loop.dot")
+    graph.save(str(tmp_path / "again.DOT"))
+    assert (tmp_path / "loop.dot").read_text() == graph.to_dot()
+    assert (tmp_path / "again.DOT").read_text() == graph.to_dot()
+
+
+def test_save_svg_without_graphviz_says_to_install_it(stream, x, factor, warm, tmp_path,
+                                                      monkeypatch):
+    graph = captured_loop(stream, x, factor)
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    for name in ("loop.svg", "loop.png"):
+        with pytest.raises(ng.NumbagraphError, match="Install Graphviz") as found:
+            graph.save(tmp_path / name)
+        assert "apt install graphviz" in str(found.value) and ".dot" in str(found.value)
+        assert not (tmp_path / name).exists()
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_save_svg_draws_with_graphviz(stream, x, factor, warm, tmp_path):
+    graph = captured_loop(stream, x, factor)
+    graph.save(tmp_path / "loop.svg")
+    assert "<svg" in (tmp_path / "loop.svg").read_text()
+
+
+def test_save_refuses_other_suffixes_and_non_paths(stream, x, factor, warm, tmp_path):
+    graph = captured_loop(stream, x, factor)
+    for name in ("loop.txt", "loop", "loop.gv"):
+        with pytest.raises(ValueError, match=r"\.dot .*\.svg or \.png"):
+            graph.save(tmp_path / name)
+    with pytest.raises(TypeError, match="file path"):
+        graph.save(3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_graph_refuses_every_description(stream, x, factor, warm, tmp_path):
+    graph = captured_loop(stream, x, factor)
+    graph.close()
+    for describe in (lambda: graph.nodes, graph.summary, graph.to_dot,
+                     lambda: graph.save(tmp_path / "loop.dot")):
+        with pytest.raises(ng.GraphClosedError):
+            describe()
+    assert list(tmp_path.iterdir()) == []
