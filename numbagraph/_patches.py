@@ -68,11 +68,14 @@ def _guarded(check: safety.Check) -> Callable[[Callable[..., Any]], Callable[...
 
         # The check and the call are one unsafe call: no "global" capture
         # begins between them. Inside a simulated kernel an array's element
-        # is device memory, read by no driver call.
+        # is device memory, read by no driver call. A host callback is
+        # refused first: it must not wait for a capture that begins.
         @functools.wraps(original)
         def counted(*args: Any, **kwargs: Any) -> Any:
             if in_kernel():
                 return original(*args, **kwargs)
+            if host[0]:
+                _hostcalls.refuse_here(operation)
             with unsafe_call:
                 return guarded(*args, **kwargs)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _registry
 from ._graphmem import held as _graph_memory_held
+from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _sessions
 from .backend import active as _backend
 from .precompile import _stand_in
@@ -70,9 +71,12 @@ class LaunchRecord:
             As any launch: one that would break a capture in progress.
         GraphMemoryError
             An argument is graph-owned memory that does not exist now.
+        CudaInHostCallbackError
+            Launched from inside a host callback.
         """
         fast = self._fast
-        if fast is not None and not _sessions and not _graph_memory_held[0]:
+        if fast is not None and not _sessions and not _graph_memory_held[0] \
+                and not _host_attention[0]:
             fast()
             return
         self._configured(*self._args)

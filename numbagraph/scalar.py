@@ -185,6 +185,8 @@ class DeviceScalar:
 
     def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None,
                  name: str | None = None):
+        if _host_attention[0]:
+            _hostcalls.refuse_here("ng.DeviceScalar()")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"a DeviceScalar's name is a str, not {type(name).__name__}")
         self._name = name
@@ -199,8 +201,6 @@ class DeviceScalar:
         self._stream = cuda.default_stream() if stream is None else stream
         self._handle = _backend.stream_handle(self._stream)
         initial = np.array([self._check(value)], dtype)
-        if _host_attention[0]:
-            _hostcalls.refuse_here("ng.DeviceScalar()")
         if _sessions:
             guard_allocation("ng.DeviceScalar()", self._handle)
             guard_host_to_device(
@@ -436,13 +436,13 @@ class HostScalar:
     __slots__ = ("_host", "_dtype")
 
     def __init__(self, dtype: Any = np.float64):
+        if _host_attention[0]:
+            _hostcalls.refuse_here("ng.HostScalar()")
         dtype = np.dtype(dtype)
         if dtype not in SCALAR_DTYPES:
             raise ScalarValueError(
                 f"HostScalar does not support dtype {dtype}; use one of "
                 + ", ".join(d.name for d in SCALAR_DTYPES))
-        if _host_attention[0]:
-            _hostcalls.refuse_here("ng.HostScalar()")
         if _sessions:
             guard_allocation("ng.HostScalar() (pinned memory)")
         self._host = _backend.mapped_host_array(1, dtype)

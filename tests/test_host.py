@@ -239,8 +239,16 @@ def test_cuda_calls_inside_a_callback_are_refused(stream, other_stream, total):
     with ng.capture(stream) as cap:
         count[1, 1, stream](total)
     graph = cap.graph
+    a = cuda.to_device(np.ones(4, np.float32), stream=stream)
+    b = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    for _ in range(3):                       # an eager op the thread remembers
+        ng.add_into(a, a, b, stream=stream)
+    record = ng.launch_record(count, 1, 1, stream, total)
     attempts = {
         "kernel launch": lambda: count[1, 1, stream](total),
+        "launch record": record.launch,
+        "ng.add_into": lambda: ng.add_into(a, a, b, stream=stream),
+        "ng.copy_into": lambda: ng.copy_into(a, b, stream=stream),
         "DeviceScalar.update": lambda: pos.update(7),
         "DeviceScalar.value": lambda: pos.value,
         "read_async": lambda: pos.read_async(seen),
@@ -281,6 +289,7 @@ def test_cuda_calls_inside_a_callback_are_refused(stream, other_stream, total):
     pos.update(7)
     assert pos.value == 7
     assert counted(total, stream) == 0
+    assert (b.copy_to_host(stream=stream) == 2).all()
 
 
 def test_an_uncaught_refusal_is_the_error_kept(stream):

@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from .. import _hostcalls
 from .._graphmem import held as _graph_memory_held
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
@@ -120,6 +121,8 @@ def _launch_again(dispatcher: Any, grid: Any, block: Any, handle: int, *args: An
 def device_step(function: Callable[..., None], *args: Any) -> None:
     """``function(*args)``: device work of an op other than a kernel launch
     (a copy), remembered with the launches of a call being remembered."""
+    if _hostcalls.attention[0]:
+        _hostcalls.refuse_here(f"an op's device work ({function.__name__})")
     function(*args)
     steps = _seen.steps
     if steps is not None:
@@ -207,7 +210,9 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(op)
     def call(*args: Any, **kwargs: Any) -> None:
         seen = _seen
-        if _sessions or _graph_memory_held[0] or seen.steps is not None:
+        # Inside a host callback every call is checked, and refused.
+        if (_sessions or _graph_memory_held[0] or seen.steps is not None
+                or _hostcalls.attention[0]):
             return op(*args, **kwargs)
         objects: list = []
         key = _call_key(op, args, kwargs, objects)
