@@ -240,18 +240,29 @@ class Launches:
 
 _PYTHON_SCALARS = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
 
-
-def _dtype_name(dtype: Any, fallback: Any = None) -> str:
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        typestr = (fallback or {}).get("typestr")
-        return np.dtype(typestr).name if typestr else str(dtype)
+# dtype -> its name: NumPy works a name out anew at each ask.
+_dtype_names: dict[Any, str] = {}
 
 
-def describe_arg(value: Any, conditions: dict[Any, NodeArg] | None = None) -> NodeArg:
+def _dtype_name(dtype: Any, interface: Any = None) -> str:
+    name = _dtype_names.get(dtype)
+    if name is None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            typestr = (interface or {}).get("typestr")
+            return np.dtype(typestr).name if typestr else str(dtype)
+        if len(_dtype_names) < 1024:
+            _dtype_names[dtype] = name
+    return name
+
+
+def describe_arg(value: Any, conditions: dict[Any, NodeArg] | None = None,
+                 made: dict[Any, NodeArg] | None = None) -> NodeArg:
     """``value``, a kernel argument as the user passed it, as a
-    :class:`NodeArg`; a Condition is added to ``conditions``."""
+    :class:`NodeArg`; a Condition is added to ``conditions``. ``made`` holds
+    the arrays' and numbers' records made so far, by what they say, for
+    another of the same to share."""
     kind = type(value)
     if kind in _registry.device_wrappers:
         name = getattr(value, "name", None)
@@ -268,8 +279,21 @@ def describe_arg(value: Any, conditions: dict[Any, NodeArg] | None = None) -> No
     scalar = _PYTHON_SCALARS.get(kind)
     if scalar is not None:
         return NodeArg("scalar", dtype=scalar, value=value)
+    made = {} if made is None else made
     if isinstance(value, np.generic):
-        return NodeArg("scalar", dtype=value.dtype.name, value=value.item())
+        key: Any = (kind, value.tobytes())
+        arg = made.get(key)
+        if arg is None:
+            arg = made[key] = NodeArg("scalar", dtype=_dtype_name(value.dtype),
+                                      value=value.item())
+        return arg
+    if kind in _backend.DEVICE_ARRAY_TYPES:
+        key = (value.shape, value.dtype)
+        arg = made.get(key)
+        if arg is None:
+            arg = made[key] = NodeArg("array", dtype=_dtype_name(value.dtype),
+                                      shape=tuple(int(d) for d in value.shape))
+        return arg
     if isinstance(value, _backend.DEVICE_ARRAY_TYPES) or hasattr(kind, "__cuda_array_interface__"):
         shape = tuple(int(d) for d in getattr(value, "shape", ()))
         interface = None if isinstance(value, _backend.DEVICE_ARRAY_TYPES) else \
@@ -287,8 +311,13 @@ def _is_launch(entry: Any) -> bool:
 
 
 def launches_of(keepalive: Iterable[Any]) -> Launches:
-    """The launches among what a graph keeps alive, described."""
+    """The launches among what a graph keeps alive, described. An object
+    passed to several launches is described once (what the graph keeps
+    holds it, so its id names it throughout)."""
     found = Launches()
+    conditions = found.conditions
+    described: dict[int, NodeArg] = {}
+    made: dict[Any, NodeArg] = {}
     seen: set[int] = set()
     for entry in keepalive:
         if not _is_launch(entry):
@@ -297,8 +326,13 @@ def launches_of(keepalive: Iterable[Any]) -> Launches:
         if id(kernel) not in seen:
             seen.add(id(kernel))
             found.kernels.append(kernel)
-        found.launches.append(
-            (kernel, tuple(describe_arg(arg, found.conditions) for arg in args)))
+        given = []
+        for arg in args:
+            known = described.get(id(arg))
+            if known is None:
+                known = described[id(arg)] = describe_arg(arg, conditions, made)
+            given.append(known)
+        found.launches.append((kernel, tuple(given)))
     return found
 
 

@@ -29,6 +29,13 @@ def shift(x, by):
 
 
 @cuda.jit
+def mixed(x, pair, flag, scale_by):
+    i = cuda.grid(1)
+    if i < x.size and flag:
+        x[i] = x[i] * scale_by + pair[0] + pair[1]
+
+
+@cuda.jit
 def countdown(n, cond):
     """n -= 1, and keep cond set while n > 0."""
     if cuda.grid(1) == 0:
@@ -105,6 +112,18 @@ def test_kernels_fills_and_copies_are_listed_in_order_with_what_they_read(
         (4, 0x40800000, 4), (4, 5, 4), (4, 2, 4)]
     assert (nodes[5].nbytes, nodes[5].direction) == (32 * 4, "device to device")
     assert all(n.bodies == () for n in nodes)
+
+
+def test_numbers_are_typed_as_a_launch_types_them_and_other_arguments_by_type(stream, x):
+    with ng.capture(stream) as cap:
+        mixed[1, 32, stream](x, (1, 2), True, 2.5)
+        mixed[1, 32, stream](x, (1, 2), np.bool_(False), np.float64(-0.0))
+    first, second = cap.graph.nodes
+    assert first.args == (array(32), NodeArg("other", type="tuple"),
+                          NodeArg("scalar", dtype="bool", value=True),
+                          NodeArg("scalar", dtype="float64", value=2.5))
+    assert [str(arg) for arg in second.args] == [
+        "float32[32]", "tuple", "bool(False)", "float64(-0.0)"]
 
 
 def test_the_records_are_made_once_and_frozen(stream, x, factor, warm):
@@ -292,6 +311,14 @@ def test_dot_names_kernels_as_in_python_and_draws_bodies_as_clusters(
     assert "n0 -> n1;" in dot and "n1 -> n2;" in dot and "n1 -> n1_0_0 [style=dashed];" in dot
     # numba's symbols are mangled C++ names: none appears.
     assert "_Z" not in dot and "cudapy" not in dot
+
+
+def test_dot_quotes_what_names_hold(stream, x, warm):
+    odd = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream, name='say "hi" \\ there')
+    with ng.capture(stream) as cap:
+        scale[1, 32, stream](x, odd, np.float32(0.0))
+    dot = cap.graph.to_dot()
+    assert 'say \\"hi\\" \\\\ there=DeviceScalar(float32)' in dot
 
 
 # ---------------------------------------------------------------- files
