@@ -19,6 +19,7 @@ from . import nodes as _nodes
 from .nodes import Node, NodeArg  # noqa: F401
 from .graphed import GraphedCacheInfo, GraphedFunction, graphed  # noqa: F401
 from .host import on_host  # noqa: F401
+from .fork import fork  # noqa: F401  (the class; numbagraph.fork the module before this)
 from .launch import LaunchRecord, launch_record  # noqa: F401
 from .loops import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
@@ -60,4 +61,5 @@ __all__ = [
     *_capture.__all__, *graph.__all__, *_nodes.__all__, *scalar.__all__, *conditional.__all__,
     *alloc.__all__, *errors.__all__, *ops.__all__, *_precompile.__all__, *_graphed.__all__, *_launch.__all__, *loops.__all__,
     *_host.__all__,
+    "fork",
 ]

@@ -26,8 +26,8 @@ from .backend import capture_key as key_of
 from .errors import CaptureInvalidatedError
 
 __all__ = [
-    "LEGACY_DEFAULT_HANDLES", "PER_THREAD_HANDLE", "Session", "sessions", "lock", "key_of", "on",
-    "active", "add",
+    "LEGACY_DEFAULT_HANDLES", "PER_THREAD_HANDLE", "Session", "Fork", "sessions", "lock", "key_of",
+    "on", "active", "add", "add_fork", "drop_forks",
     "claim", "ended", "discard", "invalidate", "consequence", "raise_if_invalidated",
     "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
     "register_device_wrapper", "unsafe_call", "no_unsafe_calls",
@@ -43,7 +43,7 @@ class Session:
 
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
-        "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block",
+        "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block", "forks",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -58,9 +58,12 @@ class Session:
         # Set when another thread's refused operation invalidated this
         # capture; the owning thread ends it at its next use.
         self.failure: BaseException | None = None
-        # Events recorded inside -> the value of `restarts` when recorded;
-        # made on first use.
+        # Events recorded inside -> what they stand for (a _forks.Mark: the
+        # stream, its work then, the value of `restarts`); made on first use.
         self.events: weakref.WeakKeyDictionary | None = None
+        # The other streams in the capture, by capture key: those made to
+        # wait on an event recorded in it (see numbagraph._forks).
+        self.forks: dict[Any, Fork] = {}
         # How many times a conditional block has ended and begun the capture
         # again: an event of the capture before a restart cannot be waited on.
         self.restarts = 0
@@ -104,8 +107,35 @@ class Session:
         self.keepalive.append(obj)
 
 
+class Fork:
+    """A stream forked into a capture: it waited on an event recorded in it.
+
+    ``base`` and ``join`` are ``(capture key, work)`` pairs: the stream it
+    forked from and that stream's work then, and the stream it was last
+    joined into and its own work then (None until joined); "work" is what
+    the backend's ``capture_frontier`` said of the stream at that point."""
+
+    __slots__ = ("stream", "handle", "key", "base", "join", "_joins_legacy")
+
+    def __init__(self, stream: Any, handle: int, base: tuple):
+        self.stream = stream
+        self.handle = handle
+        self.key = key_of(handle)
+        self.base = base
+        self.join: tuple | None = None
+        self._joins_legacy: bool | None = None
+
+    @property
+    def joins_legacy(self) -> bool:
+        """Whether work on the legacy default stream waits on this stream."""
+        if self._joins_legacy is None:
+            self._joins_legacy = _backend.joins_legacy_stream(self.handle)
+        return self._joins_legacy
+
+
 sessions: dict[Any, Session] = {}
-"""capture key (:func:`key_of`) -> the capture in progress on that stream."""
+"""capture key (:func:`key_of`) -> the capture in progress on that stream;
+a stream forked into a capture maps to that capture's session."""
 lock = threading.Lock()
 """Held while a capture is added or removed, and while deferred releases run."""
 
@@ -134,8 +164,9 @@ def on(handle: int) -> Session | None:
 
 
 def active() -> list[Session]:
-    """The captures in progress, on every thread."""
-    return list(sessions.values())
+    """The captures in progress, on every thread (each once, whatever the
+    streams forked into it)."""
+    return [s for key, s in list(sessions.items()) if key == s.key]
 
 
 def add(stream: Any, handle: int, mode: str) -> Session:
@@ -145,6 +176,31 @@ def add(stream: Any, handle: int, mode: str) -> Session:
     _ended.pop(session.key, None)
     sessions[session.key] = session
     return session
+
+
+def add_fork(session: Session, stream: Any, handle: int, base: tuple) -> Fork:
+    """Count the stream ``handle`` in the capture ``session`` from now on,
+    forked from ``base``; call once sure no capture has it."""
+    fork = Fork(stream, handle, base)
+    with lock:
+        sessions[fork.key] = session
+        session.forks[fork.key] = fork
+    return fork
+
+
+def drop_forks(session: Session) -> list[Fork]:
+    """Count no stream forked into ``session`` in it any more; returns them."""
+    with lock:
+        return _drop_forks(session)
+
+
+def _drop_forks(session: Session) -> list[Fork]:
+    forks = list(session.forks.values())
+    session.forks = {}
+    for fork in forks:
+        if sessions.get(fork.key) is session:
+            del sessions[fork.key]
+    return forks
 
 
 def claim(session: Session) -> bool:
@@ -173,6 +229,7 @@ def ended(session: Session, *, locked: bool = False) -> None:
 def _leave(session: Session) -> None:
     if sessions.get(session.key) is session:
         del sessions[session.key]
+    _drop_forks(session)
     memory = session.memory
     if memory is not None and memory.phase == _graphmem.CAPTURING:
         memory.end(_graphmem.DISCARDED)  # no graph: nothing was allocated
@@ -383,8 +440,7 @@ def forget_orphans() -> None:
     end, is left capturing on its stream, holding nothing; a "global" one
     stays, since CUDA forbids frees on every thread while it lives. Never
     blocks."""
-    orphans = [s for s in list(sessions.values())
-               if s.mode != "global" and not s.thread.is_alive()]
+    orphans = [s for s in active() if s.mode != "global" and not s.thread.is_alive()]
     if not orphans or not lock.acquire(blocking=False):
         return
     try:

@@ -22,7 +22,8 @@ from . import _registry
 from .backend import active as _backend
 from .errors import GraphMemoryError, OpError
 from .safety import (
-    graph_allocate, graph_allocation_session, guard_allocation, guard_legacy_work,
+    graph_allocate, graph_allocation_session, graph_free_handle, guard_allocation,
+    guard_legacy_work,
 )
 
 __all__ = ["empty", "zeros", "empty_like", "zeros_like", "free", "graph_memory_info",
@@ -134,7 +135,9 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     session = graph_allocation_session(handle, "ng.zeros()")
     if session is not None:
         array = graph_allocate(session, shape, dtype, stream, "ng.zeros()")
-        _backend.memset_zero(array, session.handle)
+        # On the stream that allocated it (a stream forked into the capture
+        # allocates on its own), or the capture's own when none is named.
+        _backend.memset_zero(array, handle or session.handle)
         return array
     guard_allocation("ng.zeros()", handle)
     if _backend.is_capturing(handle) if handle else False:
@@ -235,7 +238,10 @@ def free(array: Any) -> None:
     point of the graph: later allocations of the graph may reuse the memory.
 
     Frees nothing at once: the graph frees the memory each time it runs, in
-    the order of its capturing stream. From this point on the array may not
+    the order of the stream that allocated it (the capturing stream, or a
+    stream forked into the capture while it is in it: work on other streams
+    that uses the array must be joined into that stream first). From this
+    point on the array may not
     be used, by the capture's work or, after a replay, on the host. Outside
     a capture (a function run as written before it is captured), given an
     array made at once, it does nothing: numba frees that array when it is
@@ -297,7 +303,7 @@ def free(array: Any) -> None:
         raise GraphMemoryError(
             f"ng.free() cannot free inside {session.block}: CUDA forbids memory nodes "
             "in a conditional body. Free it after the block closes")
-    _backend.graph_free(session.handle, array, allocation)
+    _backend.graph_free(graph_free_handle(session, allocation), array, allocation)
     allocation.freed = True
 
 

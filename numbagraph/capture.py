@@ -20,7 +20,7 @@ import warnings
 from typing import Any, Literal
 
 from . import _graphmem, _hostcalls, _registry
-from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate, sessions
+from ._registry import LEGACY_DEFAULT_HANDLES, consequence, invalidate
 from .backend import active as _backend
 from .errors import (
     CaptureError,
@@ -159,14 +159,27 @@ def _begin(stream: Any, handle: int, mode: str) -> None:
                 )
                 raise error from exc
             return
+    forked = (f" (forked into the capture on {existing.stream!r})"
+              if _registry.key_of(handle) != existing.key else "")
     error = CaptureStateError(
         f"begin_capture({stream!r}) was called while that stream is already "
-        "capturing: captures cannot nest on one stream. End the first capture "
+        f"capturing{forked}: captures cannot nest on one stream. End the first capture "
         "(ng.end_capture or the end of its `with` block) before beginning "
         "another. " + consequence([existing])
     )
     invalidate([existing], error)
     raise error
+
+
+def _refuse_fork(session: _registry.Session, handle: int, stream: Any, verb: str) -> None:
+    """Refuse to end (``verb``) a capture through a stream forked into it:
+    CUDA ends a capture on the stream that began it. The capture goes on."""
+    if _registry.key_of(handle) != session.key:
+        raise CaptureStateError(
+            f"{stream!r} is forked into the capture on {session.stream!r}, which only "
+            f"that stream can {verb} (CUDA_ERROR_STREAM_CAPTURE_UNMATCHED): "
+            f"{verb} the capture on {session.stream!r}, once {stream!r} is joined back "
+            "into it. The capture goes on")
 
 
 def _session_to_end(stream: Any) -> _registry.Session:
@@ -186,6 +199,7 @@ def _session_to_end(stream: Any) -> _registry.Session:
             f"{stream!r} is not capturing: call ng.begin_capture(stream) first, "
             "or use `with ng.capture(stream) as cap:`"
         )
+    _refuse_fork(session, handle, stream, "end")
     if not session.may_end_here:
         error = CaptureStateError(
             f"the capture on {stream!r} was begun by another thread in mode "
@@ -265,7 +279,8 @@ def end_capture(stream: Any) -> CapturedGraph:
         try:
             # CUDA refuses to instantiate while another capture is active;
             # the graph then instantiates on first use.
-            executable = session.recording.finish(instantiate=len(sessions) == 1)
+            executable = session.recording.finish(
+                instantiate=len(_registry.active()) == 1)
             if session.memory is not None:
                 session.memory.phase = _graphmem.CAPTURED
         except Exception as exc:
@@ -334,6 +349,7 @@ def abort_capture(stream: Any) -> None:
     if session is None:
         _registry.take_ended(handle)
         raise CaptureStateError(f"{stream!r} is not capturing")
+    _refuse_fork(session, handle, stream, "abort")
     if not session.may_end_here:
         raise CaptureStateError(
             f"the capture on {stream!r} was begun by another thread in mode "

@@ -26,9 +26,10 @@ import numbers
 import threading
 from typing import Any, Literal
 
-from . import _registry
+from . import _forks, _registry
 from .backend import active as _backend
 from .errors import CaptureInvalidatedError, ConditionalError
+from .graph import CapturedGraph
 
 __all__ = [
     "Condition",
@@ -124,6 +125,8 @@ class _Blocks:
             del _by_key[session.key]
         still_open = self.stack[1:]
         del self.stack[1:]
+        if still_open:
+            _forks.settle(session)  # a body with a fork left unjoined does not end
         for frame in reversed(still_open):
             frame.node.abandon_branch(resume=True)
         if still_open:
@@ -347,8 +350,18 @@ class _Conditional:
         if not isinstance(cond, Condition):
             raise TypeError(f"{name} takes an ng.Condition, not {type(cond).__name__}")
         blocks = cond._live(f"cannot use {name}")
-        if (stream is not None
-                and _registry.key_of(_backend.stream_handle(stream)) != blocks.session.key):
+        key = None if stream is None else _registry.key_of(_backend.stream_handle(stream))
+        if key is not None and key in blocks.session.forks:
+            raise ConditionalError(
+                f"{name} was given {stream!r}, a stream forked into the capture on "
+                f"{blocks.stream!r}: conditional blocks record the work of the "
+                "capture's own stream, which CUDA records them on by ending the "
+                "capture and beginning it again there, and a forked stream cannot. "
+                f"Open the block on {blocks.stream!r} (outside the `with ng.fork` "
+                "block) and fork inside its body. Nothing was recorded; the capture "
+                "goes on"
+            )
+        if key is not None and key != blocks.session.key:
             raise ConditionalError(
                 f"{name} was given {stream!r}, but its Condition belongs to the "
                 f"capture on {blocks.stream!r}: blocks record work launched on "
@@ -387,16 +400,19 @@ class _Conditional:
         """Add the node where the capture stands now."""
         self._check_unused(self.cond, self.name)
         session = self.blocks.session
+        _forks.guard_restart(session, self.name)
         session.restarts += 1
         try:
             self.node = _backend.ConditionalNode(
                 session.recording, self.cond._state, self.kind, self.size, session.mode
             )
         except Exception as exc:
+            _forks.restarted(session)
             _raise_if_lost(session, f"adding {self.name}", exc)
             raise ConditionalError(
                 f"could not add {self.name} to the capture on {self.blocks.stream!r}: {exc}"
             ) from exc
+        _forks.restarted(session)
         self.cond._used = True
 
 
@@ -434,13 +450,16 @@ class ConditionalBlock:
     ```
     """
 
-    __slots__ = ("_conditional", "_index", "_name", "_frame")
+    __slots__ = ("_conditional", "_index", "_name", "_frame", "_graph")
 
-    def __init__(self, conditional: _Conditional, index: int, name: str):
+    def __init__(self, conditional: _Conditional, index: int, name: str,
+                 graph: CapturedGraph | None = None):
         self._conditional = conditional
         self._index = index
         self._name = name
         self._frame: _Frame | None = None
+        # The captured graph the body starts with (body=), if any.
+        self._graph = graph
 
     def __enter__(self) -> "ConditionalBlock":
         c = self._conditional
@@ -454,20 +473,32 @@ class ConditionalBlock:
                 f"{self._name} must open where its node was made ({c.frame.name}), "
                 f"not inside {blocks.current.name}"
             )
+        if self._graph is not None:
+            self._graph._embeddable(f"{self._name} (body=)")
         if c.node is None:
             c.add_node()
-        blocks.session.restarts += 1
+        session = blocks.session
+        _forks.guard_restart(session, f"opening {self._name}")
+        session.restarts += 1
         try:
             c.node.begin_branch(self._index)
         except Exception as exc:
-            _raise_if_lost(blocks.session, f"opening {self._name}", exc)
+            _forks.restarted(session)
+            _raise_if_lost(session, f"opening {self._name}", exc)
             raise ConditionalError(f"could not open {self._name}: {exc}") from exc
+        _forks.restarted(session)
         c.recorded[self._index] = True
         self._frame = _Frame(
             self._name, c.cond if c.kind == "while" else None, c.node
         )
         blocks.stack.append(self._frame)
-        blocks.session.block = self._name
+        session.block = self._name
+        if self._graph is not None:
+            try:
+                self._graph.launch(session.stream)  # a child graph node, in the body
+            except BaseException as err:
+                self.__exit__(type(err), err, err.__traceback__)
+                raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
@@ -476,16 +507,23 @@ class ConditionalBlock:
         if frame is None or frame not in blocks.stack:
             return False  # the capture ended while the block was open, and said so
         del blocks.stack[blocks.stack.index(frame):]
-        if blocks.session is not None:
-            blocks.session.restarts += 1
-            blocks.session.block = blocks.stack[-1].name if len(blocks.stack) > 1 else None
+        session = blocks.session
+        # A body with a fork left unjoined does not end: join it, and refuse
+        # the body once it has ended.
+        forked = _forks.settle(session) if session is not None else []
+        if session is not None:
+            session.restarts += 1
+            session.block = blocks.stack[-1].name if len(blocks.stack) > 1 else None
         if exc_type is not None or not blocks.alive():
             frame.node.abandon_branch(resume=blocks.alive())
+            if session is not None:
+                _forks.restarted(session)
             return False
         try:
             frame.node.end_branch()
         except Exception as err:
-            _raise_if_lost(blocks.session, f"closing {self._name}", err)
+            _forks.restarted(session)
+            _raise_if_lost(session, f"closing {self._name}", err)
             blocks.broken = f"{self._name} could not be recorded: {err}"
             raise ConditionalError(
                 f"{blocks.broken}. A conditional body holds kernels, DeviceScalar "
@@ -493,6 +531,18 @@ class ConditionalBlock:
                 "nested conditional blocks; no other copy to or from the host, and "
                 "nothing that waits for it"
             ) from err
+        _forks.restarted(session)
+        if forked:
+            blocks.broken = (
+                f"{self._name} ended while {_forks.names(forked)}, forked into the "
+                "capture inside it, was not joined back, and CUDA ends a body only "
+                "once every stream forked into it is (it reports an unjoined capture "
+                "otherwise). "
+                "Leave each `with ng.fork` block inside the body, or join the stream "
+                "back (an event recorded on it, waited on by the capturing stream) "
+                "before the body ends"
+            )
+            raise ConditionalError(blocks.broken)
         if frame.condition is not None and not frame.sets_condition:
             blocks.broken = (
                 f"{self._name} never passes its Condition to a kernel, so nothing "
@@ -506,7 +556,38 @@ class ConditionalBlock:
         return f"<ng.ConditionalBlock {self._name}>"
 
 
-def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
+def _body_graphs(body: Any, n: int, name: str) -> list[CapturedGraph | None]:
+    """The captured graphs each of the ``n`` blocks of ``name`` starts with,
+    from its ``body=`` (a graph for one block, a sequence of ``n`` graphs or
+    None for several), each checked as a child graph before anything is
+    recorded."""
+    if body is None:
+        return [None] * n
+    if n == 1:
+        graphs = [body]
+    elif isinstance(body, (CapturedGraph, str, bytes)) or not hasattr(body, "__len__"):
+        raise TypeError(
+            f"{name}(body=...) takes a sequence of {n} captured graphs (or None), one "
+            f"per block, not {type(body).__name__}")
+    else:
+        graphs = list(body)
+        if len(graphs) != n:
+            raise ValueError(
+                f"{name}(body=...) was given {len(graphs)} graphs for its {n} blocks; "
+                "give one per block, None for a block that starts empty")
+    for graph in graphs:
+        if graph is None and n > 1:
+            continue
+        if not isinstance(graph, CapturedGraph):
+            raise TypeError(
+                f"{name}(body=...) takes a captured graph (the graph of an "
+                f"ng.capture block), not {type(graph).__name__}")
+        graph._embeddable(f"{name}(body=...)")
+    return graphs
+
+
+def while_loop(cond: Condition, *, stream: Any = None,
+               body: CapturedGraph | None = None) -> ConditionalBlock:
     """Record the block into a loop the GPU runs while ``cond`` is non-zero.
 
     The condition is tested before each pass, so the body may run zero
@@ -514,12 +595,20 @@ def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
     ``ng.set_condition`` to end the loop. ``stream``, if given, must be the
     capture stream.
 
+    With ``body=graph``, each pass runs ``graph`` (a captured graph,
+    recorded into the body as a child graph node when the block opens)
+    before the work the ``with`` block launches, which still holds the
+    kernel that ends the loop: nothing in another capture's graph can set
+    ``cond``.
+
     Parameters
     ----------
     cond
         The loop's condition, made in this capture and driving no other block.
     stream
         The capture stream; by default, that of ``cond``.
+    body
+        A [CapturedGraph][numbagraph.CapturedGraph] the body starts with.
 
     Returns
     -------
@@ -529,13 +618,17 @@ def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
     Raises
     ------
     TypeError
-        ``cond`` is not a [Condition][numbagraph.Condition].
+        ``cond`` is not a [Condition][numbagraph.Condition], or ``body`` is
+        not a CapturedGraph.
     ConditionalError
         ``cond``'s capture has ended, ``cond`` was made inside a block that
         has ended, ``cond`` already drives a block, or ``stream`` is not the
-        capture stream of ``cond``.
+        capture stream of ``cond``; or ``body`` holds a conditional node.
         Opening and closing the body raise as
         [ConditionalBlock][numbagraph.ConditionalBlock] says.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        ``body`` cannot be a child graph, as
+        [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
 
     Examples
     --------
@@ -544,14 +637,24 @@ def while_loop(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
         more = ng.Condition(default=1)
         with ng.while_loop(more):
             step[1, 32, s](x, more)     # sets more to 0 when done
+    with ng.capture(s) as cap:
+        more = ng.Condition(default=1)
+        with ng.while_loop(more, body=sweep_graph):
+            converged[1, 1, s](residual, more)
     ```
     """
+    graphs = _body_graphs(body, 1, "ng.while_loop")
     conditional = _Conditional(cond, "while", 1, "ng.while_loop", stream)
-    return ConditionalBlock(conditional, 0, "the body of an ng.while_loop")
+    return ConditionalBlock(conditional, 0, "the body of an ng.while_loop", graphs[0])
 
 
-def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
+def if_then(cond: Condition, *, stream: Any = None,
+            body: CapturedGraph | None = None) -> ConditionalBlock:
     """Record the block into a branch the GPU runs when ``cond`` is non-zero.
+
+    With ``body=graph``, the branch starts with ``graph`` (a captured graph,
+    recorded into it as a child graph node when the block opens); ``with
+    ng.if_then(cond, body=graph): pass`` records a branch that runs it.
 
     Parameters
     ----------
@@ -560,6 +663,8 @@ def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
         block.
     stream
         The capture stream; by default, that of ``cond``.
+    body
+        A [CapturedGraph][numbagraph.CapturedGraph] the branch starts with.
 
     Returns
     -------
@@ -569,13 +674,17 @@ def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
     Raises
     ------
     TypeError
-        ``cond`` is not a [Condition][numbagraph.Condition].
+        ``cond`` is not a [Condition][numbagraph.Condition], or ``body`` is
+        not a CapturedGraph.
     ConditionalError
         ``cond``'s capture has ended, ``cond`` was made inside a block that
         has ended, ``cond`` already drives a block, or ``stream`` is not the
-        capture stream of ``cond``.
+        capture stream of ``cond``; or ``body`` holds a conditional node.
         Opening and closing the body raise as
         [ConditionalBlock][numbagraph.ConditionalBlock] says.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        ``body`` cannot be a child graph, as
+        [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
 
     Examples
     --------
@@ -587,11 +696,13 @@ def if_then(cond: Condition, *, stream: Any = None) -> ConditionalBlock:
             repair[1, 32, s](x)
     ```
     """
+    graphs = _body_graphs(body, 1, "ng.if_then")
     conditional = _Conditional(cond, "if", 1, "ng.if_then", stream)
-    return ConditionalBlock(conditional, 0, "the body of an ng.if_then")
+    return ConditionalBlock(conditional, 0, "the body of an ng.if_then", graphs[0])
 
 
-def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, ConditionalBlock]:
+def if_else(cond: Condition, *, stream: Any = None,
+            body: Any = None) -> tuple[ConditionalBlock, ConditionalBlock]:
     """A node that runs one of two bodies: the first block when ``cond`` is
     non-zero, the second when it is zero. The node takes its place in the
     capture here; open each block (in any order) with ``with``. Needs CUDA 12.8.
@@ -603,6 +714,10 @@ def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, C
         block.
     stream
         The capture stream; by default, that of ``cond``.
+    body
+        ``(then_graph, else_graph)``: the captured graph each block starts
+        with (recorded as a child graph node when it opens), or None for a
+        block that starts empty.
 
     Returns
     -------
@@ -612,11 +727,18 @@ def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, C
     Raises
     ------
     TypeError
-        ``cond`` is not a [Condition][numbagraph.Condition].
+        ``cond`` is not a [Condition][numbagraph.Condition], or ``body`` is
+        not a pair of CapturedGraphs or None.
+    ValueError
+        ``body`` does not hold two entries.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        A graph of ``body`` cannot be a child graph, as
+        [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
     ConditionalError
         ``cond``'s capture has ended, ``cond`` was made inside a block that
         has ended, ``cond`` already drives a block, or ``stream`` is not the
-        capture stream of ``cond``.
+        capture stream of ``cond``; or a graph of ``body`` holds a
+        conditional node.
         Also: the CUDA in use is older than
         [ELSE_SWITCH_CUDA][numbagraph.ELSE_SWITCH_CUDA], or the node could
         not be added. Opening and closing the blocks raise as
@@ -636,15 +758,17 @@ def if_else(cond: Condition, *, stream: Any = None) -> tuple[ConditionalBlock, C
     ```
     """
     _require_cuda(ELSE_SWITCH_CUDA, "ng.if_else")
+    graphs = _body_graphs(body, 2, "ng.if_else")
     conditional = _Conditional(cond, "if", 2, "ng.if_else", stream)
     conditional.add_node()
     return (
-        ConditionalBlock(conditional, 0, "the then block of an ng.if_else"),
-        ConditionalBlock(conditional, 1, "the else block of an ng.if_else"),
+        ConditionalBlock(conditional, 0, "the then block of an ng.if_else", graphs[0]),
+        ConditionalBlock(conditional, 1, "the else block of an ng.if_else", graphs[1]),
     )
 
 
-def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalBlock, ...]:
+def switch(cond: Condition, n: int, *, stream: Any = None,
+           body: Any = None) -> tuple[ConditionalBlock, ...]:
     """A node with ``n`` bodies that runs body ``cond`` (none when
     ``cond >= n``). The node takes its place in the capture here; open each
     block with ``with``. Needs CUDA 12.8.
@@ -658,6 +782,10 @@ def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalB
         How many bodies, 1 or more.
     stream
         The capture stream; by default, that of ``cond``.
+    body
+        ``n`` captured graphs, the one each body starts with (recorded as a
+        child graph node when it opens), or None for a body that starts
+        empty.
 
     Returns
     -------
@@ -667,13 +795,19 @@ def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalB
     Raises
     ------
     ValueError
-        ``n`` is not a whole number of cases >= 1.
+        ``n`` is not a whole number of cases >= 1, or ``body`` does not
+        hold ``n`` entries.
     TypeError
-        ``cond`` is not a [Condition][numbagraph.Condition].
+        ``cond`` is not a [Condition][numbagraph.Condition], or ``body`` is
+        not a sequence of CapturedGraphs or None.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        A graph of ``body`` cannot be a child graph, as
+        [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
     ConditionalError
         ``cond``'s capture has ended, ``cond`` was made inside a block that
         has ended, ``cond`` already drives a block, ``stream`` is not the
-        capture stream of ``cond``, the CUDA in use is older than
+        capture stream of ``cond``, a graph of ``body`` holds a conditional
+        node, the CUDA in use is older than
         [ELSE_SWITCH_CUDA][numbagraph.ELSE_SWITCH_CUDA], or the node could
         not be added. Opening and closing the bodies raise as
         [ConditionalBlock][numbagraph.ConditionalBlock] says.
@@ -693,8 +827,10 @@ def switch(cond: Condition, n: int, *, stream: Any = None) -> tuple[ConditionalB
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"ng.switch needs a whole number of cases >= 1, not {n!r}")
     _require_cuda(ELSE_SWITCH_CUDA, "ng.switch")
+    graphs = _body_graphs(body, int(n), "ng.switch")
     conditional = _Conditional(cond, "switch", int(n), "ng.switch", stream)
     conditional.add_node()
     return tuple(
-        ConditionalBlock(conditional, k, f"case {k} of an ng.switch") for k in range(n)
+        ConditionalBlock(conditional, k, f"case {k} of an ng.switch", graphs[k])
+        for k in range(n)
     )

@@ -224,7 +224,9 @@ _DRIVER_CAPTURE_ERRORS = {
     "UNJOINED": (
         ForeignStreamInCaptureError,
         "another stream joined the capture and was not joined back",
-        "launch all captured work on the capturing stream",
+        "join every stream forked into the capture back into it before it ends: "
+        "leave its `with ng.fork(...)` block, or make the capturing stream wait on "
+        "an event recorded on it after its last work",
     ),
     "ISOLATION": (
         ForeignStreamInCaptureError,

@@ -16,7 +16,10 @@ from .backend import active as _backend
 from .errors import (
     CaptureStateError, CaptureWarning, GraphClosedError, NumbagraphError, RebindError,
 )
-from .safety import guard_graph_launch, guard_instantiation, instantiation_forbidden
+from .safety import (
+    embed_child, guard_child_graph, guard_graph_launch, guard_instantiation,
+    instantiation_forbidden,
+)
 
 __all__ = ["CapturedGraph"]
 
@@ -185,6 +188,13 @@ class CapturedGraph:
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the capture stream).
 
+        While ``stream`` captures (or is forked into a capture), the graph
+        is not run: it is recorded into that capture as one child graph
+        node, after the work enqueued on ``stream`` so far, and each launch
+        of the new graph runs it there. The node is a copy of this graph as
+        it runs now; the new graph keeps the arrays and scalars it uses
+        alive, whatever becomes of this one.
+
         Parameters
         ----------
         stream
@@ -196,11 +206,20 @@ class CapturedGraph:
             ``stream`` is not a stream.
         GraphClosedError
             The graph was closed.
+        GraphMemoryError
+            ``stream`` captures and this graph allocates memory inside it,
+            which CUDA does not embed in another graph. Nothing was recorded.
+        ConditionalError
+            ``stream`` captures and this graph holds a conditional node,
+            which CUDA forbids in a child graph. Nothing was recorded.
+        NumbagraphError
+            ``stream`` captures and this graph was rebound since its
+            capture. Nothing was recorded.
         UncapturableOperationError
-            ``stream`` captures (CUDA does not record a graph launch into a
-            capture), or the graph, captured while another capture was
-            active, must be instantiated now and a capture forbids it; the
-            capture that forbids it is ended.
+            The graph, captured while another capture was active, must be
+            instantiated now and a capture forbids it; or the driver could
+            not record it into the capture on ``stream``. The capture is
+            ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
         HostCallbackError
@@ -213,9 +232,10 @@ class CapturedGraph:
         Warns
         -----
         CaptureWarning
-            ``stream`` is not the stream the updates of the graph's
-            DeviceScalars are ordered on, so the replay may read an older
-            value.
+            ``stream`` (inside a capture: the capture's own stream, on which
+            the new graph launches) is not the stream the updates of the
+            graph's DeviceScalars are ordered on, so the replay may read an
+            older value.
 
         Examples
         --------
@@ -223,6 +243,10 @@ class CapturedGraph:
         for t in range(100):
             pos.update(t)
             graph.launch()
+        with ng.capture(s) as outer:
+            graph.launch(s)              # a child graph node
+            graph.launch(s)
+        outer.graph.launch()             # runs graph twice
         ```
         """
         handle = self._handle if stream is None else _backend.stream_handle(stream)
@@ -230,6 +254,10 @@ class CapturedGraph:
             _hostcalls.refuse_here("graph.launch()")
             _hostcalls.report("graph.launch()")
         if _captures:
+            session = _registry.on(handle)
+            if session is not None:
+                self._embed(session, handle)
+                return
             guard_graph_launch(handle, "graph.launch()")
         launch = self._launchers.get(handle)
         if launch is None:
@@ -243,6 +271,22 @@ class CapturedGraph:
             self._launchers[handle] = launch
             self._res.launched.add(handle)
         launch()
+
+    def _embeddable(self, what: str) -> Any:
+        """The executable, once sure ``what`` may record the graph into a
+        capture as a child graph node (raises as guard_child_graph says)."""
+        res = self._res
+        executable = self._executable()
+        guard_child_graph(executable, res.memory, res.spans is not None, what)
+        return executable
+
+    def _embed(self, session: Any, handle: int) -> None:
+        """Record the graph into the capture ``session``, on its stream
+        ``handle``, as a child graph node."""
+        what = "graph.launch() inside a capture"
+        executable = self._embeddable(what)
+        self._warn_if_scalars_unordered(session.stream)
+        embed_child(session, handle, executable, list(self._res.arrays()), what)
 
     def _warn_if_scalars_unordered(self, stream: Any) -> None:
         """Updates of the graph's scalars are ordered on the scalars' streams,
@@ -291,7 +335,7 @@ class CapturedGraph:
         GraphClosedError
             The graph was closed.
         UncapturableOperationError
-            ``stream`` captures (CUDA does not record a graph launch into a
+            ``stream`` captures (CUDA does not record a graph upload into a
             capture), or the graph, captured while another capture was
             active, must be instantiated now and a capture forbids it; the
             capture that forbids it is ended.

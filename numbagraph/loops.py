@@ -21,7 +21,7 @@ from numba import cuda
 
 from . import _registry
 from .backend import active as _backend
-from .conditional import Condition, ConditionalBlock, set_condition, while_loop
+from .conditional import Condition, ConditionalBlock, _body_graphs, set_condition, while_loop
 from .errors import ConditionalError, ScalarValueError
 from .scalar import DeviceScalar
 
@@ -162,7 +162,8 @@ class RepeatLoop:
     opened once.
     """
 
-    def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any):
+    def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any,
+                 body: Any = None):
         self._step = _step_for(counter, by, "ng.repeat", forward=True)
         dtype = np.dtype(counter.dtype)
         if isinstance(until, DeviceScalar):
@@ -188,6 +189,9 @@ class RepeatLoop:
         self._stream = counter.stream if stream is None else stream
         self.cond: Condition | None = None
         self._block: ConditionalBlock | None = None
+        # The captured graph each pass starts with (body=), if any; checked
+        # before the loop records anything.
+        self._body = _body_graphs(body, 1, "ng.repeat")[0]
 
     def __enter__(self) -> "RepeatLoop":
         if self.cond is not None:
@@ -200,7 +204,7 @@ class RepeatLoop:
         self.cond = Condition(stream=s)
         (_enter_below_scalar if scalar else _enter_below)[1, 1, s](
             self.counter, self.until, self.cond)
-        block = while_loop(self.cond, stream=s)
+        block = while_loop(self.cond, stream=s, body=self._body)
         block.__enter__()
         self._block = block
         return self
@@ -220,7 +224,8 @@ class RepeatLoop:
         return block.__exit__(exc_type, exc, tb)
 
 
-def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None) -> RepeatLoop:
+def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None,
+           body: Any = None) -> RepeatLoop:
     """Record a loop the GPU runs while ``counter < until``, adding ``by`` to
     ``counter`` after each pass.
 
@@ -243,6 +248,11 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
         The step added after each pass, a number the counter's dtype holds.
     stream
         The capture stream; the counter's stream by default.
+    body
+        A [CapturedGraph][numbagraph.CapturedGraph] each pass starts with,
+        recorded into the body as a child graph node when the loop opens:
+        ``with ng.repeat(pos, until=n, body=step): pass`` runs ``step`` until
+        ``pos`` reaches ``n``.
 
     Returns
     -------
@@ -252,13 +262,16 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
     Raises
     ------
     TypeError
-        ``counter`` is not a DeviceScalar, or ``until`` not a number or a
-        DeviceScalar.
+        ``counter`` is not a DeviceScalar, ``until`` not a number or a
+        DeviceScalar, or ``body`` not a CapturedGraph.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        ``body`` cannot be a child graph, as
+        [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
     ScalarValueError
         ``by`` does not fit the counter's dtype, or the counter is a bool.
     ConditionalError
-        Not inside a capture on ``stream``, or the CUDA in use has no
-        conditional nodes; opening and closing the body raise as
+        Not inside a capture on ``stream``, the CUDA in use has no
+        conditional nodes, or ``body`` holds one; opening and closing the body raise as
         [while_loop][numbagraph.while_loop] does.
 
     Examples
@@ -271,7 +284,7 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
     cap.graph.launch()                                  # the whole decode, one launch
     ```
     """
-    return RepeatLoop(counter, until, by, stream)
+    return RepeatLoop(counter, until, by, stream, body)
 
 
 def stop_when(cond: Condition, value: Any, *, below: Any = None, above: Any = None,

@@ -16,8 +16,10 @@ every kernel launch passes through.
 Which calls are refused depends on the capture mode, as in CUDA:
 
 * Stream rules, in every mode: nothing may synchronise a capturing stream,
-  copy between host and device on it, pass a host array to a kernel on it,
-  or make another stream join it; nothing may use the legacy default stream
+  copy between host and device on it, or pass a host array to a kernel on
+  it; a stream made to wait on an event recorded in a capture joins it, and
+  is one of its streams until it ends (:mod:`numbagraph._forks`), but not a
+  stream of another capture; nothing may use the legacy default stream
   while a (blocking) stream captures; nothing may synchronise the device, or
   an event recorded inside a capture, while the capture runs.
 * Thread rules, for calls CUDA calls "potentially unsafe" (allocation,
@@ -37,7 +39,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from numba.cuda.args import ArgHint
 
-from . import _graphmem, _hostcalls, _registry
+from . import _forks, _graphmem, _hostcalls, _registry
 from ._registry import (
     LEGACY_DEFAULT_HANDLES, PER_THREAD_HANDLE, consequence, invalidate, key_of, raise_if_invalidated,
 )
@@ -49,6 +51,7 @@ from .errors import (
     ForeignStreamInCaptureError,
     HostArrayInCaptureError,
     HostCopyInCaptureError,
+    NumbagraphError,
     SyncInCaptureError,
     UncapturableOperationError,
 )
@@ -66,6 +69,9 @@ __all__ = [
     "guard_host_to_device",
     "guard_device_to_host",
     "guard_graph_launch",
+    "guard_child_graph",
+    "embed_child",
+    "graph_free_handle",
     "guard_instantiation",
     "instantiation_forbidden",
     "Check",
@@ -95,7 +101,8 @@ def _stream_blockers(handle: int | None) -> list:
     if handle is None:
         return []
     if handle in LEGACY_DEFAULT_HANDLES:
-        return [s for s in _registry.active() if s.joins_legacy]
+        return [s for s in _registry.active()
+                if s.joins_legacy or any(f.joins_legacy for f in s.forks.values())]
     session = _registry.on(handle)
     return [] if session is None else [session]
 
@@ -254,11 +261,13 @@ def graph_allocation_session(handle: int | None, operation: str) -> Any:
 
 
 def graph_allocate(session: Any, shape: tuple[int, ...], dtype: np.dtype, stream: Any,
-                   operation: str, order: str = "C") -> Any:
+                   operation: str, order: str = "C", handle: int | None = None) -> Any:
     """A C- (or, with ``order="F"``, Fortran-) contiguous device array of
     ``shape`` and ``dtype``, allocated by the capture ``session`` as memory
     of its graph, for ``stream`` (the capturing stream's numba stream when
-    0)."""
+    0). The allocation is recorded on the stream ``handle`` of the capture
+    (by default ``stream``'s, or the capture's own stream when 0): a stream
+    forked into the capture allocates in its own order."""
     if any(d < 0 for d in shape):
         raise ValueError(f"{operation}: shape {shape} has a negative dimension")
     if dtype.hasobject:
@@ -275,12 +284,35 @@ def graph_allocate(session: Any, shape: tuple[int, ...], dtype: np.dtype, stream
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     what = f"the {dtype} array of shape {shape} that {operation} allocated"
     allocation = _graphmem.Allocation(memory, max(nbytes, 1), what)
-    if not stream and isinstance(session.stream, _backend.STREAM_TYPE):
-        stream = session.stream
-    dev = _backend.graph_allocate(session.handle, shape, dtype, stream, allocation, order)
+    if handle is None:
+        handle = _handle(stream) if stream else None
+    fork = session.forks.get(key_of(handle)) if handle else None
+    if fork is None:
+        handle = session.handle
+    else:
+        _allocated_on[allocation] = handle
+    if not stream:
+        owner = session.stream if fork is None else fork.stream
+        if isinstance(owner, _backend.STREAM_TYPE):
+            stream = owner
+    dev = _backend.graph_allocate(handle, shape, dtype, stream, allocation, order)
     allocation.array = weakref.ref(dev)
     memory.add(allocation)
     return dev
+
+
+# Allocations recorded on a stream forked into the capture -> its handle.
+_allocated_on: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def graph_free_handle(session: Any, allocation: Any) -> int:
+    """The stream of ``session`` a free of ``allocation`` is recorded on:
+    the one that allocated it, while it is in the capture; else the
+    capture's own (every stream forked in was joined back by then)."""
+    handle = _allocated_on.get(allocation)
+    if handle is not None and key_of(handle) in session.forks:
+        return handle
+    return session.handle
 
 
 def check_graph_memory(values: Any, handle: int | None, operation: Any,
@@ -508,14 +540,15 @@ def _check_event_record(self: Any, stream: Any = 0) -> None:
 
 
 def _track_event_record(self: Any, stream: Any = 0) -> None:
-    key = key_of(_handle(stream))
-    for session in _registry.active():
-        if session.key == key:
-            if session.events is None:
-                session.events = weakref.WeakKeyDictionary()
-            session.events[self] = session.restarts
-        elif session.events is not None:
-            session.events.pop(self, None)
+    handle = _handle(stream)
+    session = _registry.on(handle) if handle is not None else None
+    for other in _registry.active():
+        if other is not session and other.events is not None:
+            other.events.pop(self, None)
+    if session is not None:
+        if session.events is None:
+            session.events = weakref.WeakKeyDictionary()
+        session.events[self] = _forks.mark(session, handle)  # type: ignore[arg-type]
 
 
 def _check_event_wait(self: Any, stream: Any = 0) -> None:
@@ -523,13 +556,22 @@ def _check_event_wait(self: Any, stream: Any = 0) -> None:
     guard_legacy_work(handle, "event.wait() on the legacy default stream")
     owner = _recorded_in(self)
     target = _registry.on(handle) if handle is not None else None
-    if owner is not None and owner is not target:
+    if owner is not None and target is not None and owner is not target:
+        _refuse(
+            ForeignStreamInCaptureError, f"event.wait(stream={stream!r})", [owner, target],
+            "the event was recorded in another capture than the one the waiting "
+            "stream is in, and CUDA does not join two captures "
+            "(CUDA_ERROR_STREAM_CAPTURE_MERGE)",
+            "order work between captures outside them, or record the event on a "
+            "stream of the waiting stream's own capture",
+        )
+    if owner is not None and target is None and handle is not None and _foreign_capture(handle):
         _refuse(
             ForeignStreamInCaptureError, f"event.wait(stream={stream!r})", [owner],
-            "the event was recorded inside the capture, so the waiting stream "
-            "would join it; numbagraph records one stream per capture and would "
-            "neither keep that stream's work alive nor join it back",
-            "launch that work on the capturing stream",
+            "the event was recorded inside the capture and the waiting stream "
+            "captures in a capture begun outside numbagraph, which CUDA does not "
+            "join to it (CUDA_ERROR_STREAM_CAPTURE_MERGE)",
+            "wait with a stream that does not capture, or end the other capture first",
         )
     if target is not None and owner is None:
         _refuse(
@@ -538,17 +580,31 @@ def _check_event_wait(self: Any, stream: Any = 0) -> None:
             "depend on work outside it (CUDA_ERROR_STREAM_CAPTURE_ISOLATION)",
             "make the stream wait on the event before the capture begins",
         )
-    if owner is not None and owner.events.get(self) != owner.restarts:
-        raise ConditionalError(
-            f"event.wait(stream={stream!r}) waits on an event recorded in the "
-            f"capture on {owner.stream!r} before a conditional block (while_loop, "
-            "if_then, if_else, switch) opened or closed there: a block ends the "
-            "capture and begins it again, and CUDA cannot wait on an event of "
-            "the capture before that (CUDA_ERROR_INVALID_VALUE). Work on the "
-            "capturing stream runs in order, so this wait orders nothing: drop "
-            "it, or record the event again after the block. Nothing was "
-            "recorded; the capture goes on"
-        )
+    if owner is not None:
+        raise_if_invalidated(owner)
+        if owner.events[self].restarts != owner.restarts:
+            raise ConditionalError(
+                f"event.wait(stream={stream!r}) waits on an event recorded in the "
+                f"capture on {owner.stream!r} before a conditional block (while_loop, "
+                "if_then, if_else, switch) opened or closed there: a block ends the "
+                "capture and begins it again, and CUDA cannot wait on an event of "
+                "the capture before that (CUDA_ERROR_INVALID_VALUE). Work on one "
+                "stream runs in order, so a wait on the stream the event was "
+                "recorded on orders nothing: drop it; otherwise record the event "
+                "again after the block. Nothing was recorded; the capture goes on"
+            )
+
+
+def _track_event_wait(self: Any, stream: Any = 0) -> None:
+    """A wait on an event recorded in a capture, made: the waiting stream
+    is in that capture from now on (forked into it), or the stream the event
+    was recorded on is joined into it."""
+    owner = _recorded_in(self)
+    if owner is None or not owner.current:
+        return
+    handle = _handle(stream)
+    if handle is not None:
+        _forks.waited(owner, stream, handle, owner.events[self])
 
 
 # Argument types that can never carry host memory; remembered so that the
@@ -701,19 +757,70 @@ def guard_host_wait(handle: int, operation: str) -> None:
 
 
 def guard_graph_launch(handle: int, operation: str) -> None:
-    """Refuse to launch (or upload) a graph on the stream ``handle`` where
-    that breaks a capture. Call only while a capture is active."""
+    """Refuse to upload a graph on the stream ``handle`` where that breaks a
+    capture, or to launch one on the legacy default stream while a stream
+    captures (a launch on a capturing stream is recorded: see
+    :func:`embed_child`). Call only while a capture is active."""
     session = _registry.on(handle)
     if session is not None:
         _refuse(
             UncapturableOperationError, f"{operation} on a capturing stream",
             [session],
-            "CUDA does not record a graph launch into a capture "
+            "CUDA does not record a graph upload into a capture "
             "(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)",
-            "launch the graph after the capture ends, or launch its kernels "
-            "inside the capture",
+            "upload the graph after the capture ends; graph.launch() inside the "
+            "capture records it as a child graph node",
         )
     guard_legacy_work(handle, f"{operation} on the legacy default stream")
+
+
+# A graph launched on a stream of a capture is recorded into it as a child
+# graph node, a clone of the graph as it runs then. CUDA embeds no graph that
+# holds memory nodes (unless the parent takes it over, which would end the
+# graph given) or conditional nodes; a graph rebound since its capture runs
+# pointers its definition, which is what is cloned, does not hold.
+
+def guard_child_graph(executable: Any, memory: Any, rebound: bool, what: str) -> None:
+    """Refuse ``what``, which records the graph ``executable`` (owning
+    ``memory``, a _graphmem.GraphMemory or None; ``rebound`` since its
+    capture) into a capture as a child graph node, where that cannot be
+    done. Nothing is recorded and the capture goes on."""
+    if memory is not None and memory.nbytes > 0:
+        raise GraphMemoryError(
+            f"{what}: the graph allocates memory inside it ({memory.nbytes} bytes), and "
+            "CUDA embeds no graph with memory nodes as a child graph. Allocate the "
+            "arrays it uses before its capture, or record its work in this capture "
+            "instead (call what captured it). Nothing was recorded; the capture goes on")
+    if _backend.has_conditionals(executable):
+        raise ConditionalError(
+            f"{what}: the graph holds a conditional node (while_loop, if_then, "
+            "if_else, switch), which CUDA forbids in a child graph. Record its work "
+            "in this capture instead (call what captured it), or launch it after "
+            "the capture. Nothing was recorded; the capture goes on")
+    if rebound:
+        raise NumbagraphError(
+            f"{what}: the graph was rebound (by rebind(), or by update() from a "
+            "rebound graph), and a child graph node is cloned from the graph as "
+            "captured, which does not hold the new arrays. Capture the graph again "
+            "with the arrays it should use. Nothing was recorded; the capture goes on")
+
+
+def embed_child(session: Any, handle: int, executable: Any, keep: list, what: str) -> None:
+    """Record the graph ``executable``, checked by :func:`guard_child_graph`,
+    into the capture ``session`` on its stream ``handle`` as a child graph
+    node; the new graph keeps ``keep``, what the child graph's nodes use."""
+    raise_if_invalidated(session)
+    try:
+        _backend.embed_graph(executable, handle)
+    except NumbagraphError:
+        raise
+    except Exception as exc:
+        error = UncapturableOperationError(
+            f"{what} could not be recorded into the capture on {session.stream!r}: "
+            f"{exc}. {consequence([session])}")
+        invalidate([session], error)
+        raise error from exc
+    session.keepalive.extend(keep)
 
 
 def instantiation_forbidden() -> bool:
@@ -879,8 +986,9 @@ CHECKS: dict[str, dict[str, Check]] = {
         "record": Check(_check_event_record, "refused on the legacy default stream; "
                         "events recorded inside a capture are tracked",
                         _track_event_record, unsafe=False),
-        "wait": Check(_check_event_wait, "a stream may not join a capture through an event",
-                      unsafe=False),
+        "wait": Check(_check_event_wait, "a stream that waits on an event recorded in a "
+                      "capture is forked into it; one in another capture is refused",
+                      _track_event_wait, unsafe=False),
         **{name: Check(_check_event_wait_host(f"event.{name}()"),
                        "refused for an event recorded inside a capture",
                        waits=name == "synchronize")

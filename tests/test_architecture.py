@@ -13,11 +13,11 @@ PACKAGE = ROOT / "numbagraph"
 # Lowest first; a module may import from its own layer or a lower one.
 LAYERS = [
     ("errors", "backend"),
-    ("_registry", "_graphmem", "_hostcalls"),
+    ("_registry", "_graphmem", "_hostcalls", "_forks"),
     ("safety",),
     ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),
-    ("scalar", "conditional", "alloc", "host"),
+    ("scalar", "conditional", "alloc", "host", "fork"),
     ("ops", "precompile", "graphed", "loops", "launch"),
     ("bench", "soak", "__init__"),
 ]

@@ -17,6 +17,9 @@ BACKENDS = {
 # Each backend's reading of a captured graph's nodes.
 BACKENDS["cuda"] += ("driver_nodes",)
 BACKENDS["simulator"] += ("simulator_nodes",)
+# Each backend's several streams in one capture, and child graphs.
+BACKENDS["cuda"] += ("driver_streams",)
+BACKENDS["simulator"] += ("simulator_streams",)
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

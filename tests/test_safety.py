@@ -87,9 +87,10 @@ def _record_then_sync(e):
     e.event.synchronize()
 
 
-def _record_then_fork(e):
-    e.event.record(e.s)
-    e.event.wait(e.other)
+def _wait_on_another_capture(e):
+    ng.begin_capture(e.other, mode="relaxed")
+    e.event.record(e.other)
+    e.event.wait(e.s)
 
 
 def _write_element(e):
@@ -121,9 +122,9 @@ OPS = [
        ng.SyncInCaptureError, None, ".synchronize()"),
     Op("scalar_value_on_another_stream", lambda e: e.one_other.value,
        ng.SyncInCaptureError, None, "DeviceScalar.value"),
-    Op("graph_launch_into_the_capture", lambda e: e.graph.launch(e.s),
+    Op("graph_upload_into_the_capture", lambda e: e.graph.upload(e.s),
        ng.UncapturableOperationError, ng.UncapturableOperationError,
-       "graph.launch() on a capturing stream"),
+       "graph.upload() on a capturing stream"),
     Op("graph_launch_on_legacy_stream", lambda e: e.graph.launch(cuda.default_stream()),
        ng.ForeignStreamInCaptureError, ng.ForeignStreamInCaptureError,
        "graph.launch() on the legacy default stream"),
@@ -151,7 +152,7 @@ OPS = [
     Op("scalar_update_on_legacy_stream", lambda e: e.legacy_scalar.update(3),
        ng.ForeignStreamInCaptureError, ng.ForeignStreamInCaptureError,
        "DeviceScalar.update()"),
-    Op("other_stream_joins_through_event", _record_then_fork,
+    Op("event_of_another_capture", _wait_on_another_capture,
        ng.ForeignStreamInCaptureError, ng.ForeignStreamInCaptureError, "event.wait("),
     Op("nested_capture", lambda e: ng.begin_capture(e.s),
        ng.CaptureStateError, ng.CaptureStateError, "begin_capture("),

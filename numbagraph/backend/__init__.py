@@ -120,6 +120,13 @@ else:
     from . import driver_nodes as _nodes  # type: ignore[no-redef]
 _modules += (_nodes,)
 
+# Each backend's several streams in one capture, and child graphs.
+if _numba_config.ENABLE_CUDASIM:
+    from . import simulator_streams as _streams_of
+else:
+    from . import driver_streams as _streams_of  # type: ignore[no-redef]
+_modules += (_streams_of,)
+
 active: Backend = bind(_modules[0].NAME, *_modules)
 
 __all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

@@ -28,6 +28,7 @@ from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
 )
 from .driver_rebind import NodeIndex, graph_nodes
+from .driver_streams import join_forks
 from .interface import Move
 
 NAME = "cuda"
@@ -85,6 +86,8 @@ class Recording:
         # The capture's own graph, if a conditional block ended the capture
         # and the driver refused to begin it again: abort destroys it.
         self.stranded: Any = None
+        # The handles of the other streams forked into the capture.
+        self.forks: list[int] = []
         self._release: Callable[[], None] | None = _hold_frees(_stream_context(handle))
         try:
             check("cuStreamBeginCapture",
@@ -137,6 +140,9 @@ class Recording:
 
         Never raises: it runs while another error propagates (the body of a
         ``with ng.capture`` block raised), which it must not hide."""
+        # Streams forked into the capture are joined back first: a capture,
+        # or a body, with a fork left unjoined does not end.
+        join_forks(self)
         # The stream may be capturing into a conditional body: go back to the
         # capture's own graph first, so that is what ends (and is freed).
         for body in reversed(list(self.open_bodies)):
@@ -257,7 +263,6 @@ class Executable:
                 "this graph was updated from a graph that has since been closed, "
                 "whose nodes are gone; update it again from a graph that is still open")
         return source._definition, source._conditionals
-
 
     def plan_rebind(self, moves: Sequence[Move]) -> Any:
         if self._index is None:

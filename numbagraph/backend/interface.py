@@ -81,7 +81,8 @@ class Recording(Protocol):
         before the error propagates."""
 
     def abort(self) -> None:
-        """End the capture without a graph; the stream stops capturing."""
+        """End the capture without a graph; the stream, and every stream
+        forked into the capture, stops capturing (forks joined back first)."""
 
     def release_frees(self) -> None:
         """Let numba free again; calling it again does nothing."""
@@ -393,6 +394,41 @@ class Backend(Protocol):
 
     def set_condition(self, cond: Any, value: Any) -> None:
         """Device function: set ``cond`` to ``value`` from a kernel."""
+
+    # ------------------------------------------------------------ several streams
+
+    def wait_stream(self, waiter: int, waited: int) -> None:
+        """Make the stream ``waiter`` wait for the work enqueued so far on
+        ``waited``, as an event recorded on ``waited`` and waited on by
+        ``waiter`` does: inside a capture, this forks ``waiter`` into it or
+        joins it back."""
+
+    def capture_frontier(self, handle: int) -> Any:
+        """What the stream's capture stands after now: the nodes its next
+        work will depend on, as a value that changes whenever work is
+        recorded on the stream or it waits on other work of the capture
+        (compare with ``==``); None when the stream does not capture."""
+
+    def stream_waited(self, recording: Recording, handle: int, frontier: Any) -> None:
+        """The stream ``handle`` waited on work of the capture ``recording``
+        that stood at ``frontier``: it is in that capture from now on, its
+        next work after that work (the driver's own event wait did this on
+        the device; the backend keeps track of the stream)."""
+
+    def leave_capture(self, recording: Recording, handle: int) -> None:
+        """The stream ``handle``, forked into the capture ``recording`` and
+        joined back, is in it no more: a conditional block ended the
+        capture and began it again, on the capture's own stream alone."""
+
+    def embed_graph(self, executable: Executable, handle: int) -> None:
+        """Record the graph ``executable`` runs now (that of the graph it was
+        last updated from, if any) into the capture on the stream ``handle``
+        as one child graph node, after the stream's work so far and before
+        its next; later changes to ``executable`` do not reach the node."""
+
+    def has_conditionals(self, executable: Executable) -> bool:
+        """Whether the graph ``executable`` runs holds a conditional node,
+        which CUDA forbids in a child graph."""
 
 
 def _members() -> tuple[str, ...]:

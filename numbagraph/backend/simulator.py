@@ -102,13 +102,23 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
+        # What each stream of the capture (forked ones too) stands after: the
+        # ids of the calls its next call depends on, as the driver's
+        # capture dependencies are (see simulator_streams).
+        self.frontiers: dict[Any, frozenset[int]] = {}
+        self._ids = itertools.count()
         with _recordings_lock:
             _recordings[self._key] = self
 
+    def record(self, key: Any, call: Callable[[], None]) -> None:
+        """Record ``call``, made on the stream of capture key ``key``."""
+        self.nodes.append(call)
+        self.frontiers[key] = frozenset((next(self._ids),))
+
     def _stop(self) -> None:
         with _recordings_lock:
-            if _recordings.get(self._key) is self:
-                del _recordings[self._key]
+            for key in [k for k, r in _recordings.items() if r is self]:
+                del _recordings[key]
 
     def finish(self, instantiate: bool = True) -> "Executable":
         try:
@@ -376,7 +386,8 @@ def _store_scalar(dev: Any, held: np.ndarray) -> None:
 
 def scalar_store_recorded(dev: Any, value: Any, dtype: np.dtype, handle: int) -> None:
     held = np.array([value], np.dtype(dtype))
-    _recordings[capture_key(handle)].nodes.append(functools.partial(_store_scalar, dev, held))
+    key = capture_key(handle)
+    _recordings[key].record(key, functools.partial(_store_scalar, dev, held))
 
 
 def device_pointer(dev: Any) -> int:
@@ -468,9 +479,10 @@ def _configuring(on_launch: LaunchHook) -> Callable[[FakeCUDAKernel, tuple], _Co
 
 def _record_or_run(handle: int, call: Callable[[], None]) -> None:
     """Run ``call`` now, or record it when the stream is capturing."""
-    recording = _recordings.get(capture_key(handle))
+    key = capture_key(handle)
+    recording = _recordings.get(key)
     if recording is not None:
-        recording.nodes.append(call)
+        recording.record(key, call)
     else:
         call()
 

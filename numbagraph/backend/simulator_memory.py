@@ -73,7 +73,8 @@ def graph_allocate(handle: int, shape: tuple[int, ...], dtype: np.dtype, stream:
     buffer = np.empty(shape, dtype, order=order)
     _poison(buffer)
     _own(buffer, allocation, None)
-    _recordings[capture_key(handle)].nodes.append(functools.partial(_make, buffer, allocation))
+    key = capture_key(handle)
+    _recordings[key].record(key, functools.partial(_make, buffer, allocation))
     return FakeCUDAArray(buffer, stream=stream)
 
 
@@ -85,8 +86,8 @@ def _buffer(dev: Any) -> np.ndarray:
 
 
 def graph_free(handle: int, dev: Any, allocation: Any) -> None:
-    _recordings[capture_key(handle)].nodes.append(
-        functools.partial(_unmake, _buffer(dev), allocation))
+    key = capture_key(handle)
+    _recordings[key].record(key, functools.partial(_unmake, _buffer(dev), allocation))
 
 
 class _Returned:

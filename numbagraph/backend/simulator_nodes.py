@@ -20,6 +20,7 @@ from .interface import NodeInfo
 from .simulator import _copy_to_device, _device_to_device, _device_to_host, _run, _store_scalar
 from .simulator_conditional import _Node
 from .simulator_memory import _make, _unmake
+from .simulator_streams import ChildGraph
 
 __all__ = ["describe_graph"]
 
@@ -68,6 +69,9 @@ def _infos(call: Any) -> Iterator[NodeInfo]:
     if isinstance(call, _Node):
         yield NodeInfo("conditional", conditional=call.kind, condition=call.cell,
                        bodies=tuple(_describe(body) for body in call.bodies))
+        return
+    if isinstance(call, ChildGraph):
+        yield NodeInfo("child", bodies=(_describe(call.calls),))
         return
     if not isinstance(call, functools.partial):
         yield NodeInfo("host")  # a Python call the capture recorded

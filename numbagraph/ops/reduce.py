@@ -85,8 +85,8 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     if session is not None:
         if session.block is not None:
             return None
-        return (graph_allocate(session, (size,), dtype, 0, what),
-                graph_allocate(session, (size,), np.dtype(np.int64), 0, what)
+        return (graph_allocate(session, (size,), dtype, 0, what, handle=handle),
+                graph_allocate(session, (size,), np.dtype(np.int64), 0, what, handle=handle)
                 if with_index else None)
     if not allocation_allowed(handle):
         return None
