@@ -6,7 +6,10 @@ node, or nodes, the driver records for the same work: a launch as a kernel
 node, a DeviceScalar update as the memset nodes that set it (two 4-byte
 ones for an 8-byte scalar), a zero fill as a one-byte memset, a copy as a
 memcpy node, an allocation and a free as memory nodes. A stream's capture
-records a chain, so each node depends on the one before it in its list.
+records a chain, so each node depends on the one before it in its list;
+the recording keeps no dependencies between calls, so work forked onto
+other streams (``ng.fork``) is chained too, where the driver shows the
+branches.
 """
 
 from __future__ import annotations
