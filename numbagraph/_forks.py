@@ -16,11 +16,12 @@ its work then as the backend's ``capture_frontier`` says, the capture's
 restart count); a wait on it forks the waiting stream in, or records that
 the stream the event was recorded on is joined into the waiting one. A
 forked stream is joined back when its work now is what it was when it was
-last joined into a stream (or when it forked, if it did nothing since), and
-that stream is the capture's own or joined back itself. The check runs as
-the capture ends (before the driver's own), and before a conditional block
-ends and begins the capture again, which the driver does on the capture's
-own stream alone: streams forked in leave the capture there.
+last joined into a stream, and that stream is the capture's own or joined
+back itself; a stream forked in and never joined back is not, even with no
+work of its own. The check runs as the capture ends (before the driver's
+own), and before a conditional block ends and begins the capture again,
+which the driver does on the capture's own stream alone: streams forked in
+leave the capture there.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def waited(session: Session, stream: Any, handle: int, at: Mark) -> None:
         checks = session.recording.finish_checks
         if not any(getattr(c, "func", None) is _check_joined for c in checks):
             checks.append(functools.partial(_check_joined, session))
-        _registry.add_fork(session, stream, handle, (at.key, at.frontier))
+        _registry.add_fork(session, stream, handle)
     _backend.stream_waited(session.recording, handle, at.frontier)
     joined = session.forks.get(at.key)
     if joined is not None:
@@ -87,11 +88,10 @@ def unjoined(session: Session) -> list[Fork]:
         if key == session.key:
             return True
         fork = forks.get(key)
-        if fork is None or key in seen:
+        if fork is None or fork.join is None or key in seen:
             return False
-        return any(
-            entry is not None and now[key] == entry[1] and joined(entry[0], seen | {key})
-            for entry in (fork.join, fork.base))
+        into, frontier = fork.join
+        return now[key] == frontier and joined(into, seen | {key})
 
     return [fork for key, fork in forks.items() if not joined(key, frozenset())]
 

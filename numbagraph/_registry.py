@@ -110,18 +110,16 @@ class Session:
 class Fork:
     """A stream forked into a capture: it waited on an event recorded in it.
 
-    ``base`` and ``join`` are ``(capture key, work)`` pairs: the stream it
-    forked from and that stream's work then, and the stream it was last
-    joined into and its own work then (None until joined); "work" is what
-    the backend's ``capture_frontier`` said of the stream at that point."""
+    ``join`` is None until the stream is joined into another stream of the
+    capture; then ``(capture key of that stream, work)``, "work" being what
+    the backend's ``capture_frontier`` said of this stream as it was."""
 
-    __slots__ = ("stream", "handle", "key", "base", "join", "_joins_legacy")
+    __slots__ = ("stream", "handle", "key", "join", "_joins_legacy")
 
-    def __init__(self, stream: Any, handle: int, base: tuple):
+    def __init__(self, stream: Any, handle: int):
         self.stream = stream
         self.handle = handle
         self.key = key_of(handle)
-        self.base = base
         self.join: tuple | None = None
         self._joins_legacy: bool | None = None
 
@@ -178,10 +176,10 @@ def add(stream: Any, handle: int, mode: str) -> Session:
     return session
 
 
-def add_fork(session: Session, stream: Any, handle: int, base: tuple) -> Fork:
-    """Count the stream ``handle`` in the capture ``session`` from now on,
-    forked from ``base``; call once sure no capture has it."""
-    fork = Fork(stream, handle, base)
+def add_fork(session: Session, stream: Any, handle: int) -> Fork:
+    """Count the stream ``handle`` in the capture ``session`` from now on;
+    call once sure no capture has it."""
+    fork = Fork(stream, handle)
     with lock:
         sessions[fork.key] = session
         session.forks[fork.key] = fork

@@ -421,7 +421,9 @@ class ConditionalBlock:
     launched on the capture stream inside it into that body.
 
     Each block records once, where its node was made (directly in the
-    capture, or in the block the node was made in). Blocks are returned by
+    capture, or in the block the node was made in). A block made with a
+    captured graph (``body=``) records it first, as a child graph node.
+    Blocks are returned by
     [while_loop][numbagraph.while_loop], [if_then][numbagraph.if_then],
     [if_else][numbagraph.if_else] and [switch][numbagraph.switch], not made
     directly.
@@ -431,9 +433,14 @@ class ConditionalBlock:
     ConditionalError
         On entering: the block was recorded already, it is opened somewhere
         other than where its node was made, its Condition's capture has
-        ended, or the node or body could not be added. On leaving: the body
-        could not be recorded (it held work that involves the host), or a
-        while loop's body never passed its Condition to a kernel.
+        ended, a stream forked into the capture is not joined back
+        (nothing is recorded), or the node or body could not be added. On
+        leaving: the body could not be recorded (it held work that involves
+        the host), a while loop's body never passed its Condition to a
+        kernel, or a stream forked into the capture inside the body was not
+        joined back.
+    GraphClosedError, GraphMemoryError, NumbagraphError
+        On entering: the ``body=`` graph can no longer be a child graph.
     CaptureInvalidatedError
         Adding, opening or closing the body failed and the capture could not
         be resumed after it: the capture has been ended and its graph

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from numba import cuda
 
-from . import _registry
+from . import _forks, _registry
 from .backend import active as _backend
 from .conditional import Condition, ConditionalBlock, _body_graphs, set_condition, while_loop
 from .errors import ConditionalError, ScalarValueError
@@ -199,6 +199,19 @@ class RepeatLoop:
                 "this ng.repeat loop was recorded already; each records once: call "
                 "ng.repeat(...) again for another loop")
         s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        # Refused before the Condition and its first kernel are recorded:
+        # a while loop records on the capture's own stream, once every
+        # stream forked into it is joined back.
+        handle = _backend.stream_handle(s)
+        session = _registry.on(handle)
+        if session is not None:
+            if _registry.key_of(handle) in session.forks:
+                raise ConditionalError(
+                    f"ng.repeat on {s!r}, a stream forked into the capture on "
+                    f"{session.stream!r}: a loop records the work of the capture's own "
+                    f"stream; open it on {session.stream!r} (stream=) and fork inside "
+                    "its body. Nothing was recorded; the capture goes on")
+            _forks.guard_restart(session, "ng.repeat")
         # The loop's condition is set by a kernel before the loop, so a
         # counter already at its limit runs no pass.
         self.cond = Condition(stream=s)

@@ -203,6 +203,17 @@ def test_a_fork_left_unjoined_is_refused_naming_the_stream_and_all_stays_usable(
     _usable(s, s2)
 
 
+def test_a_fork_with_no_work_must_be_joined_back_too(streams, x):
+    s, s2 = streams[:2]
+    forked = cuda.event()
+    with pytest.raises(ng.ForeignStreamInCaptureError, match="not joined back"):
+        with ng.capture(s):
+            add_range[1, N, s](x, 0, N, np.float32(1.0))
+            forked.record(s)
+            forked.wait(s2)
+    _usable(s, s2)
+
+
 def test_work_on_a_joined_stream_forks_it_again(streams, x):
     s, s2 = streams[:2]
     with pytest.raises(ng.ForeignStreamInCaptureError, match="not joined back"):
@@ -385,6 +396,7 @@ def test_a_conditional_block_while_a_fork_is_open_is_refused_and_the_capture_goe
         streams, x):
     s, s2 = streams[:2]
     counter = cuda.to_device(np.array([3], np.int32), stream=s)
+    _pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
     with ng.capture(s) as cap:
         more = ng.Condition(default=1)
         with ng.fork(s2):
@@ -395,11 +407,19 @@ def test_a_conditional_block_while_a_fork_is_open_is_refused_and_the_capture_goe
             assert repr(s2) in str(refused.value)
             with pytest.raises(ng.ConditionalError, match="forked into the capture"):
                 ng.while_loop(more, stream=s2)
+        with ng.fork(s2):
+            add_range[1, N, s2](x, 0, N, np.float32(1.0))
+            with pytest.raises(ng.ConditionalError, match="not joined back"):
+                with ng.repeat(_pos, until=2):
+                    pass
+            with pytest.raises(ng.ConditionalError, match="forked into the capture"):
+                with ng.repeat(_pos, until=2, stream=s2):
+                    pass
         with ng.while_loop(more):                 # once joined back: recorded
             add_range[1, N, s](x, 0, N, np.float32(1.0))
             count_down[1, 1, s](counter, more)
     cap.graph.launch()
-    np.testing.assert_array_equal(host(x, s), 4.0)
+    np.testing.assert_array_equal(host(x, s), 5.0)
 
 
 def test_a_fork_inside_a_loop_body_runs_at_every_pass(streams, x):
