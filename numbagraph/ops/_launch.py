@@ -210,9 +210,12 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(op)
     def call(*args: Any, **kwargs: Any) -> None:
         seen = _seen
-        # Inside a host callback every call is checked, and refused.
         if (_sessions or _graph_memory_held[0] or seen.steps is not None
                 or _hostcalls.attention[0]):
+            # Inside a host callback an op is refused before its checks,
+            # which ask the device for its limits.
+            if _hostcalls.attention[0]:
+                _hostcalls.refuse_here(f"ng.{op.__name__}()")
             return op(*args, **kwargs)
         objects: list = []
         key = _call_key(op, args, kwargs, objects)
