@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -168,6 +169,7 @@ class Executable:
 
     def __init__(self, graph: Any, bodies: Sequence[Any] = (), ctx: Any = None,
                  conditionals: dict[int, tuple] | None = None):
+        LIVE.add(self)
         self._definition = graph
         self._bodies = tuple(bodies)
         self._conditionals = dict(conditionals or {})
@@ -285,6 +287,10 @@ class Executable:
             cu.cuGraphExecDestroy(graph)
         if definition is not None:
             cu.cuGraphDestroy(definition)
+
+
+# Every executable not yet collected, for what must close them before exit.
+LIVE: "weakref.WeakSet[Executable]" = weakref.WeakSet()
 
 
 # ---------------------------------------------------------------- capture safety

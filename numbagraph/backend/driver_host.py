@@ -27,13 +27,16 @@ free device memory its arguments held.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import sys
+import time
 from typing import Any, Callable
 
 from cuda.bindings import driver as cu
 
+from .driver import LIVE
 from .driver_base import CAPTURE_ACTIVE, capture_status, check, raise_for
 
 __all__ = ["host_call"]
@@ -144,3 +147,22 @@ def host_call(handle: int, call: Callable[[], None]) -> None:
         # token already gone when the graph is destroyed.
         (_recorded if recorded else _once).pop(token, None)
         raise_for("cuLaunchHostFunc", cu.CUresult(err))
+
+
+def _settle_at_exit() -> None:
+    """At exit, before the interpreter finalizes: the driver's thread calls
+    into Python (host nodes, the user objects' destructors), which it cannot
+    do once finalization has begun. So while calls are outstanding, the
+    graphs still open are destroyed and the device's work waited for now,
+    and the destructors given a moment to run."""
+    if not (_recorded or _once):
+        return
+    for executable in list(LIVE):
+        executable.close()
+    cu.cuCtxSynchronize()
+    deadline = time.monotonic() + 2.0
+    while (_recorded or _once) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+atexit.register(_settle_at_exit)
