@@ -213,6 +213,158 @@ def test_a_node_without_one_body_says_so(stream, x, factor, warm):
         cap.graph.nodes[0].body
 
 
+# ---------------------------------------------------------------- several streams
+#
+# CUDA's rule for a capture's dependencies: each stream of the capture has a
+# set of last nodes; a node recorded on a stream depends on that set and is
+# the stream's set next; an event recorded on a stream stands for its set
+# then, and a stream that waits on it adds that set to its own (a stream
+# forked in starts from it; the origin joining a fork takes the union).
+# Nodes are listed in the order they were made.
+
+
+@pytest.fixture
+def z(stream):
+    return cuda.to_device(np.ones(32, np.float32), stream=stream)
+
+
+def branches(nodes):
+    """Each node's ``shift`` argument and dependencies."""
+    return [(n.args[1].value, n.depends) for n in nodes]
+
+
+@pytest.mark.parametrize("how", ["ng.fork", "events"])
+def test_forked_work_depends_on_the_fork_and_the_join_on_both_branches(
+        stream, x, y, factor, warm, how):
+    s, s2 = stream, cuda.stream()
+    fork, join = cuda.event(), cuda.event()
+    with ng.capture(s) as cap:
+        scale[1, 32, s](x, factor, np.float32(1.0))
+        if how == "ng.fork":
+            with ng.fork(s2):
+                shift[1, 32, s2](y, 1)
+                scale[1, 32, s](x, factor, np.float32(2.0))
+        else:
+            fork.record(s)
+            fork.wait(s2)
+            shift[1, 32, s2](y, 1)
+            scale[1, 32, s](x, factor, np.float32(2.0))
+            join.record(s2)
+            join.wait(s)
+        shift[1, 32, s](x, 3)
+    nodes = cap.graph.nodes
+    assert [(n.name, n.depends) for n in nodes] == [
+        ("scale", ()), ("shift", (0,)), ("scale", (0,)), ("shift", (1, 2))]
+    assert (nodes[1].args[1].value, nodes[2].args[2].value, nodes[3].args[1].value) == (1, 2.0, 3)
+    cap.graph.launch()
+    s.synchronize()
+    assert y.copy_to_host(stream=s)[0] == 1 + 1
+    assert x.copy_to_host(stream=s)[0] == (2 * 2 + 1) * 2 + 2 + 3   # 2 after warm
+
+
+def test_a_join_depends_on_the_origin_s_work_before_the_fork_too(stream, x, y, warm):
+    s, s2 = stream, cuda.stream()
+    with ng.capture(s) as cap:
+        shift[1, 32, s](x, 0)
+        with ng.fork(s2):
+            shift[1, 32, s2](y, 1)
+        shift[1, 32, s](x, 2)          # the origin's set {0} and the fork's {1}
+    assert branches(cap.graph.nodes) == [(0, ()), (1, (0,)), (2, (0, 1))]
+
+
+def test_a_nested_fork_branches_from_the_stream_around_it(stream, x, y, z, warm):
+    s, s2, s3 = stream, cuda.stream(), cuda.stream()
+    with ng.capture(s) as cap:
+        shift[1, 32, s](x, 0)
+        with ng.fork(s2):
+            shift[1, 32, s2](y, 1)
+            with ng.fork(s3):                    # forked from s2
+                shift[1, 32, s3](z, 2)
+                shift[1, 32, s2](y, 3)
+            shift[1, 32, s](x, 4)                # s: in parallel with all of s2's
+            shift[1, 32, s2](y, 5)               # after s3 joined s2
+        shift[1, 32, s](x, 6)
+    assert branches(cap.graph.nodes) == [
+        (0, ()), (1, (0,)), (2, (1,)), (3, (1,)), (4, (0,)), (5, (2, 3)), (6, (4, 5))]
+    cap.graph.launch()
+    s.synchronize()
+    assert [a.copy_to_host(stream=s)[0] for a in (x, y, z)] == [2 + 10, 1 + 9, 1 + 2]
+
+
+def test_three_side_streams_fork_from_one_node_and_join_into_one(stream, x, warm):
+    s, s2, s3, s4 = stream, cuda.stream(), cuda.stream(), cuda.stream()
+    sides = [cuda.to_device(np.zeros(32, np.float32), stream=s) for _ in range(3)]
+    with ng.capture(s) as cap:
+        shift[1, 32, s](x, 0)
+        with ng.fork(s2), ng.fork(s3, parent=s), ng.fork(s4, parent=s):
+            for k, (side, ys) in enumerate(zip((s2, s3, s4), sides), start=1):
+                shift[1, 32, side](ys, k)
+            shift[1, 32, s](x, 4)
+        shift[1, 32, s](x, 5)
+    assert branches(cap.graph.nodes) == [
+        (0, ()), (1, (0,)), (2, (0,)), (3, (0,)), (4, (0,)), (5, (1, 2, 3, 4))]
+    cap.graph.launch()
+    s.synchronize()
+    assert [ys.copy_to_host(stream=s)[0] for ys in sides] == [1, 2, 3]
+
+
+def test_every_kind_of_node_on_a_forked_stream_chains_on_its_branch(stream, x, y, warm):
+    s, s2 = stream, cuda.stream()
+    wide = ng.DeviceScalar(0, dtype=np.int64, stream=s2, name="wide")
+    with ng.capture(s2) as inner:
+        shift[1, 32, s2](y, 7)
+    child = inner.graph
+    seen = []
+    with ng.capture(s) as cap:
+        shift[1, 32, s](x, 1)
+        with ng.fork(s2):
+            tmp = ng.zeros(32, np.float32, stream=s2)
+            wide.update(2**33 + 5)
+            ng.copy_into(y, tmp, stream=s2)
+            ng.on_host(seen.append, 1, stream=s2)
+            child.launch(s2)
+            ng.free(tmp)
+            shift[1, 32, s](x, 2)
+        shift[1, 32, s](x, 3)
+    nodes = cap.graph.nodes
+    assert [(n.kind, n.label) for n in nodes] == [
+        ("kernel", "shift"), ("memory", "alloc"), ("memset", "memset"), ("memset", "memset"),
+        ("memset", "memset"), ("memcpy", "memcpy"), ("host", "host"), ("child", "child graph"),
+        ("memory", "free"), ("kernel", "shift"), ("kernel", "shift")]
+    assert [n.depends for n in nodes] == [
+        (), (0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,), (0,), (8, 9)]
+    assert [(n.name, n.depends) for n in nodes[7].body] == [("shift", ())]
+    cap.graph.launch()
+    s.synchronize()
+    assert seen == [1]
+    assert y.copy_to_host(stream=s)[0] == 1 + 7
+    assert x.copy_to_host(stream=s)[0] == 2 + 1 + 2 + 3
+
+
+def test_a_fork_inside_a_conditional_body_branches_in_the_body(stream, x, y, warm):
+    s, s2 = stream, cuda.stream()
+    flag = ng.DeviceScalar(1, dtype=np.int32, stream=s, name="flag")
+    with ng.capture(s) as cap:
+        shift[1, 32, s](x, 1)
+        take = ng.Condition(name="take")
+        set_from[1, 1, s](take, flag)
+        with ng.if_then(take):
+            shift[1, 32, s](x, 2)                # the body's own first node
+            with ng.fork(s2):
+                shift[1, 32, s2](y, 3)
+                shift[1, 32, s](x, 4)
+            shift[1, 32, s](x, 5)
+        shift[1, 32, s](x, 6)
+    nodes = cap.graph.nodes
+    assert [(n.kind, n.depends) for n in nodes] == [
+        ("kernel", ()), ("kernel", (0,)), ("conditional", (1,)), ("kernel", (2,))]
+    assert branches(nodes[2].body) == [(2, ()), (3, (0,)), (4, (0,)), (5, (1, 2))]
+    cap.graph.launch()
+    s.synchronize()
+    assert x.copy_to_host(stream=s)[0] == 2 + 1 + 2 + 4 + 5 + 6
+    assert y.copy_to_host(stream=s)[0] == 1 + 3
+
+
 # ---------------------------------------------------------------- memory
 
 

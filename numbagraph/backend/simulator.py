@@ -16,7 +16,7 @@ import functools
 import itertools
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 from numba import cuda
@@ -84,13 +84,29 @@ def synchronize(handle: int) -> None:
 _recordings: dict[Any, "Recording"] = {}
 _recordings_lock = threading.Lock()
 
+# What a stream of a capture stands after, its frontier (the driver's capture
+# dependencies): the id of its last recorded call, or, once it waited on
+# other work of the capture, the ids of the calls its next call depends on.
+# A stream with no work yet in the graph it records into has none (None).
+_Frontier = Union[int, "frozenset[int]"]
+
+
+def _ids_of(frontier: _Frontier | None) -> frozenset[int]:
+    """The ids of the calls ``frontier`` stands for."""
+    if frontier is None:
+        return frozenset()
+    if isinstance(frontier, int):
+        return frozenset((frontier,))
+    return frontier
+
 
 def is_capturing(handle: int) -> bool:
     return capture_key(handle) in _recordings
 
 
 class Recording:
-    """The calls made on one capturing stream, in order."""
+    """The calls made on the streams of one capture, in the order they were
+    made, each with the calls it depends on (``links``)."""
 
     def __init__(self, handle: int, mode: str):
         self.handle = handle
@@ -102,18 +118,25 @@ class Recording:
         self.finish_checks: list[Callable[[], None]] = []
         # Conditional bodies being recorded, innermost last.
         self.open_bodies: list = []
-        # What each stream of the capture (forked ones too) stands after: the
-        # ids of the calls its next call depends on, as the driver's
-        # capture dependencies are (see simulator_streams).
-        self.frontiers: dict[Any, frozenset[int]] = {}
+        # The frontier of each stream of the capture (forked ones too) that
+        # has work in the graph it records into (see simulator_streams).
+        self.frontiers: dict[Any, _Frontier] = {}
+        # In step with ``nodes`` (a body's own while it is open): each call's
+        # id and what it depends on, its stream's frontier as it was recorded.
+        self.links: list[tuple[int, _Frontier | None]] = []
         self._ids = itertools.count()
         with _recordings_lock:
             _recordings[self._key] = self
 
     def record(self, key: Any, call: Callable[[], None]) -> None:
-        """Record ``call``, made on the stream of capture key ``key``."""
+        """Record ``call``, made on the stream of capture key ``key``: it
+        depends on the stream's frontier, and is the stream's frontier next,
+        as the driver's capture makes a node the stream's one dependency."""
+        ident = next(self._ids)
+        frontiers = self.frontiers
+        self.links.append((ident, frontiers.get(key)))
         self.nodes.append(call)
-        self.frontiers[key] = frozenset((next(self._ids),))
+        frontiers[key] = ident
 
     def _stop(self) -> None:
         with _recordings_lock:
@@ -128,7 +151,7 @@ class Recording:
             self.abort()
             raise
         self._stop()
-        executable = Executable(self.nodes, self.prologue)
+        executable = Executable(self.nodes, self.prologue, self.links)
         # As on the driver, which cannot instantiate during another capture.
         executable.instantiated = instantiate
         return executable
@@ -137,12 +160,12 @@ class Recording:
         for body in reversed(list(self.open_bodies)):
             body.abandon_branch(resume=True)
         self._stop()
-        self.nodes = []
+        self.nodes, self.links = [], []
 
     def strand(self) -> None:
         """Recorded calls hold the arrays they run on: drop them (the stream
         still counts as capturing, as on the GPU)."""
-        self.nodes = []
+        self.nodes, self.links = [], []
         self.prologue = []
 
     def release_frees(self) -> None:
@@ -153,9 +176,12 @@ class Recording:
 class Executable:
     instantiated = True  # set on first use, as the driver instantiates then
 
-    def __init__(self, nodes: list[Callable[[], None]], prologue: list = ()):
+    def __init__(self, nodes: list[Callable[[], None]], prologue: Sequence = (),
+                 links: Sequence[tuple[int, _Frontier | None]] = ()):
         self._nodes = tuple(nodes)
         self._prologue = tuple(prologue)
+        # Each call's id and those of the calls it depends on (Recording.links).
+        self._links = tuple(links)
         self.num_nodes = len(self._nodes)
 
     def instantiate(self) -> None:
@@ -183,7 +209,7 @@ class Executable:
                 f"graph update needs the same topology: {other.num_nodes} nodes "
                 f"given, {self.num_nodes} expected"
             )
-        self._nodes = other._nodes
+        self._nodes, self._links = other._nodes, other._links
         self.instantiated = True
         self._prologue = other._prologue
 
@@ -191,7 +217,7 @@ class Executable:
         return _Plan(self, moves)
 
     def close(self) -> None:
-        self._nodes = ()
+        self._nodes, self._links = (), ()
 
 
 class _Plan:

@@ -3,7 +3,10 @@
 A condition is a host-side cell that simulated kernels write through
 ``set_condition``. A conditional node is one recorded call holding its bodies
 as lists of calls; while a body is open, the capture's node list is swapped
-for the body's, so launches on the stream land there as on the GPU.
+for the body's, so launches on the stream land there as on the GPU. As on
+the driver, the node depends on the stream's work so far and is all the
+work after it depends on, and a body is a graph of its own: its first work
+depends on nothing.
 """
 
 from __future__ import annotations
@@ -74,16 +77,20 @@ def _run(calls: list[Callable[[], None]]) -> None:
 class _Node:
     """The recorded call: runs the bodies the condition selects."""
 
-    __slots__ = ("kind", "cell", "bodies")
+    __slots__ = ("kind", "cell", "bodies", "links")
 
     def __init__(self, kind: str, cell: ConditionCell, size: int):
         self.kind, self.cell = kind, cell
         self.bodies: list[list[Callable[[], None]]] = [[] for _ in range(size)]
+        # Per body, in step with its calls: each call's id and what it
+        # depends on (as the recording's ``links``).
+        self.links: list[list[tuple[int, Any]]] = [[] for _ in range(size)]
 
     def rebound(self, rebind: Callable[[Any], Any]) -> "_Node":
         """This node with every call in its bodies passed through ``rebind``."""
         node = _Node(self.kind, self.cell, 0)
         node.bodies = [[rebind(call) for call in body] for body in self.bodies]
+        node.links = self.links
         return node
 
     def __call__(self) -> None:
@@ -112,17 +119,31 @@ class ConditionalNode(BodyTracking):
     def __init__(self, recording: Any, condition: ConditionCell, kind: str, size: int, mode: str):
         super().__init__(recording)
         self._node = _Node(kind, condition, size)
-        recording.nodes.append(self._node)
+        recording.record(recording._key, self._node)
 
     def begin_branch(self, index: int) -> None:
         recording = self._recording
-        saved, recording.nodes = recording.nodes, self._node.bodies[index]
+        node = self._node
+        # The body's first work depends on nothing: the stream has no
+        # frontier in it yet.
+        saved = (recording.nodes, recording.links, recording.frontiers.pop(recording._key, None))
+        recording.nodes, recording.links = node.bodies[index], node.links[index]
         self._opened(saved)
 
+    def _resume(self, saved: Any) -> None:
+        """Record into the enclosing list again, after the node."""
+        recording = self._recording
+        recording.nodes, recording.links, frontier = saved
+        recording.frontiers.pop(recording._key, None)
+        if frontier is not None:
+            recording.frontiers[recording._key] = frontier
+
     def end_branch(self) -> None:
-        self._recording.nodes = self._close()
+        saved = self._close()
+        if saved is not None:
+            self._resume(saved)
 
     def abandon_branch(self, resume: bool) -> None:
         saved = self._close()
         if resume and saved is not None:
-            self._recording.nodes = saved
+            self._resume(saved)

@@ -5,11 +5,14 @@ node holding its bodies as lists of calls). Each call is described as the
 node, or nodes, the driver records for the same work: a launch as a kernel
 node, a DeviceScalar update as the memset nodes that set it (two 4-byte
 ones for an 8-byte scalar), a zero fill as a one-byte memset, a copy as a
-memcpy node, an allocation and a free as memory nodes. A stream's capture
-records a chain, so each node depends on the one before it in its list;
-the recording keeps no dependencies between calls, so work forked onto
-other streams (``ng.fork``) is chained too, where the driver shows the
-branches.
+memcpy node, an allocation and a free as memory nodes. Each recorded call
+keeps the calls it depends on, as the driver's capture made them (see
+:mod:`.simulator_streams`): its first node depends on the last nodes of
+those calls, and a call described as several nodes chains them, as the
+driver records them one after another on the stream. Calls are recorded in
+the order the driver makes their nodes, which the driver's description
+keeps for a capture's graphs (the first ready node in that order comes
+first), so the nodes are listed in the order of their calls.
 """
 
 from __future__ import annotations
@@ -34,15 +37,29 @@ _MEMSET_LARGEST = 4
 def describe_graph(executable: Any, kernels: Sequence[Any]) -> tuple[NodeInfo, ...]:
     """Simulated kernel nodes hold the kernel they launch: ``kernels`` is
     not needed to name them."""
-    return _describe(executable._nodes)
+    return _describe(executable._nodes, executable._links)
 
 
-def _describe(calls: Sequence[Callable[[], None]]) -> tuple[NodeInfo, ...]:
+def _describe(calls: Sequence[Callable[[], None]],
+              links: Sequence[tuple[int, Any]]) -> tuple[NodeInfo, ...]:
+    """The nodes of one graph's ``calls``, given each call's id and what it
+    depends on (``links``, in step with ``calls``: the frontier of the
+    call's stream as it was recorded, None for no work)."""
     described: list[NodeInfo] = []
-    for call in calls:
+    # Call id -> the positions of its last nodes: those work after it
+    # depends on (a call described as no node passes on its dependencies).
+    last: dict[int, tuple[int, ...]] = {}
+    for call, (ident, after) in zip(calls, links, strict=True):
+        if after is None:
+            depends: tuple[int, ...] = ()
+        elif isinstance(after, int):
+            depends = last.get(after, ())
+        else:
+            depends = tuple(sorted({p for dep in after for p in last.get(dep, ())}))
         for info in _infos(call):
-            depends = (len(described) - 1,) if described else ()
             described.append(info._replace(depends=depends))
+            depends = (len(described) - 1,)
+        last[ident] = depends
     return tuple(described)
 
 
@@ -71,10 +88,11 @@ def _scalar_memsets(held: np.ndarray) -> Iterator[NodeInfo]:
 def _infos(call: Any) -> Iterator[NodeInfo]:
     if isinstance(call, _Node):
         yield NodeInfo("conditional", conditional=call.kind, condition=call.cell,
-                       bodies=tuple(_describe(body) for body in call.bodies))
+                       bodies=tuple(_describe(body, links)
+                                    for body, links in zip(call.bodies, call.links)))
         return
     if isinstance(call, ChildGraph):
-        yield NodeInfo("child", bodies=(_describe(call.calls),))
+        yield NodeInfo("child", bodies=(_describe(call.calls, call.links),))
         return
     if not isinstance(call, functools.partial):
         yield NodeInfo("host")  # a Python call the capture recorded
