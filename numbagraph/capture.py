@@ -149,7 +149,13 @@ def _begin(stream: Any, handle: int, mode: str) -> None:
                 raise CaptureStateError(
                     f"{stream!r} is already capturing: {reason}" if reason else
                     f"{stream!r} is already capturing, in a capture begun outside "
-                    "numbagraph; end that capture before beginning one here"
+                    "numbagraph (torch.cuda.graph, a cuda.core GraphBuilder, CuPy's "
+                    "begin_capture, ...), and captures do not nest on one stream. Work "
+                    "enqueued on the stream now is recorded into that capture as it is: "
+                    "launch numba kernels and numbagraph ops on it without ng.capture, "
+                    "and the other library's graph holds them; or end that capture "
+                    "before beginning one here. Nothing was begun; the other capture "
+                    "goes on"
                 )
             try:
                 _registry.add(stream, handle, mode)

@@ -230,14 +230,24 @@ _DRIVER_CAPTURE_ERRORS = {
     ),
     "ISOLATION": (
         ForeignStreamInCaptureError,
-        "the capture was made to wait on work outside it",
-        "wait on that work before the capture begins",
+        "the capture was made to wait on work outside it (by you, or by another "
+        "library ordering its work after its own current stream)",
+        "wait on that work before the capture begins; for PyTorch or CuPy, make "
+        "their current stream the capturing one while they work (PyTorch: "
+        "with torch.cuda.stream(torch.cuda.ExternalStream(s.handle)); CuPy: "
+        "with cupy.cuda.ExternalStream(int(s.handle)))",
     ),
     "IMPLICIT": (
         ForeignStreamInCaptureError,
         "work on the legacy default stream would have waited on the capturing "
-        "stream",
-        "launch on the capturing stream or on a stream from cuda.stream()",
+        "stream, a blocking stream (cuda.stream() makes blocking streams); PyTorch "
+        "and CuPy work on the legacy default stream unless told otherwise",
+        "enqueue that work on the capturing stream (numba: kernel[grid, block, s]; "
+        "PyTorch: with torch.cuda.stream(torch.cuda.ExternalStream(s.handle)); CuPy: "
+        "with cupy.cuda.ExternalStream(int(s.handle))), or capture on a non-blocking "
+        "stream (torch.cuda.Stream(), cupy.cuda.Stream(non_blocking=True), or "
+        "cuda.core's Device().create_stream()), which the legacy default stream "
+        "does not wait on",
     ),
     "CAPTURED_EVENT": (
         SyncInCaptureError,
@@ -251,23 +261,53 @@ _DRIVER_CAPTURE_ERRORS = {
         "end it on the thread that began it, or capture with mode='relaxed'",
     ),
 }
+# The driver's and the runtime's codes agree (900 to 908). Other libraries
+# raise them as the runtime's names (cudaErrorStreamCaptureImplicit: CuPy,
+# whose errors also carry the code as ``status``) or as the runtime's
+# descriptions (PyTorch's "CUDA error: ..."), read here too.
 _DRIVER_CODES = dict(zip(range(900, 909), _DRIVER_CAPTURE_ERRORS))
 _DRIVER_NAME = re.compile(r"CUDA_ERROR_STREAM_CAPTURE_([A-Z_]+)")
+_RUNTIME_NAME = re.compile(r"cudaErrorStreamCapture([A-Z][A-Za-z]*)")
+_RUNTIME_TEXT = {
+    "operation not permitted when stream is capturing": "UNSUPPORTED",
+    "operation failed due to a previous error during capture": "INVALIDATED",
+    "merge of separate capture sequences": "MERGE",
+    "capture was not initiated in this stream": "UNMATCHED",
+    "capturing stream has unjoined work": "UNJOINED",
+    "dependency created on uncaptured work in another stream": "ISOLATION",
+    "legacy stream depend on a capturing blocking stream": "IMPLICIT",
+    "event last recorded in a capturing stream": "CAPTURED_EVENT",
+    "thread-local capture sequence from another thread": "WRONG_THREAD",
+}
+
+
+def _named_code(text: str) -> str | None:
+    """The capture error a message names, by the driver's or the runtime's
+    name, or by the runtime's description."""
+    match = _DRIVER_NAME.search(text)
+    if match is not None and match.group(1) in _DRIVER_CAPTURE_ERRORS:
+        return match.group(1)
+    match = _RUNTIME_NAME.search(text)
+    if match is not None:
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).upper()
+        if name in _DRIVER_CAPTURE_ERRORS:
+            return name
+    return next((name for words, name in _RUNTIME_TEXT.items() if words in text), None)
 
 
 def _driver_capture_code(exc: BaseException | None) -> str | None:
     seen = 0
     while exc is not None and seen < 8:
-        for attr in ("code", "result"):
+        for attr in ("code", "result", "status"):
             try:
                 name = _DRIVER_CODES.get(int(getattr(exc, attr)))
             except (AttributeError, TypeError, ValueError):
                 name = None
             if name is not None:
                 return name
-        match = _DRIVER_NAME.search(str(exc))
-        if match is not None and match.group(1) in _DRIVER_CAPTURE_ERRORS:
-            return match.group(1)
+        name = _named_code(str(exc))
+        if name is not None:
+            return name
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
 

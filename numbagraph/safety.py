@@ -21,7 +21,11 @@ Which calls are refused depends on the capture mode, as in CUDA:
   is one of its streams until it ends (:mod:`numbagraph._forks`), but not a
   stream of another capture; nothing may use the legacy default stream
   while a (blocking) stream captures; nothing may synchronise the device, or
-  an event recorded inside a capture, while the capture runs.
+  an event recorded inside a capture, while the capture runs. A foreign
+  array (PyTorch, CuPy, ``__cuda_array_interface__``) given to work on a
+  capturing stream is read as a view, without numba's synchronisation, and
+  the work is ordered after the stream the array names where a capture
+  allows it (see "foreign arrays" below).
 * Thread rules, for calls CUDA calls "potentially unsafe" (allocation,
   pinning host memory, instantiating a graph, and calls that block the host:
   synchronising a stream or event outside the capture, copying to the host):
@@ -33,19 +37,21 @@ Which calls are refused depends on the capture mode, as in CUDA:
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba.cuda.args import ArgHint
 
-from . import _forks, _graphmem, _hostcalls, _registry
+from . import _foreign, _forks, _graphmem, _hostcalls, _registry
 from ._registry import (
     LEGACY_DEFAULT_HANDLES, PER_THREAD_HANDLE, consequence, invalidate, key_of, raise_if_invalidated,
 )
 from .backend import active as _backend
 from .errors import (
     AllocationInCaptureError,
+    CaptureWarning,
     ConditionalError,
     GraphMemoryError,
     ForeignStreamInCaptureError,
@@ -64,6 +70,7 @@ __all__ = [
     "graph_allocate",
     "check_graph_memory",
     "guard_legacy_work",
+    "order_foreign_operands",
     "guard_device_copy",
     "guard_host_wait",
     "guard_host_to_device",
@@ -607,26 +614,256 @@ def _track_event_wait(self: Any, stream: Any = 0) -> None:
         _forks.waited(owner, stream, handle, owner.events[self])
 
 
-# Argument types that can never carry host memory; remembered so that the
-# check costs one set lookup per argument on every launch during capture.
+# Argument types that can never carry host memory or a foreign array;
+# remembered so that the check costs one set lookup per argument on every
+# launch during capture. Types that may be foreign arrays (see
+# numbagraph._foreign) are remembered apart: a launch with one is checked.
 _never_host: set[type] = set()
+_foreign_kinds: set[type] = set()
 _MAYBE_HOST = (np.ndarray, np.void, ArgHint)
+_HOST, _FOREIGN = 1, 2
 
 
-def _has_host_array(args: Any) -> bool:
+def _scan(args: Any) -> int:
+    """What ``args`` (and the tuples among them) hold: a host array
+    (``_HOST``), a foreign device array (``_FOREIGN``), both or neither."""
+    found = 0
     for arg in args:
         kind = type(arg)
         if kind in _never_host:
             continue
-        if isinstance(arg, _MAYBE_HOST):
+        if kind in _foreign_kinds:
+            found |= (_HOST | _FOREIGN) if _foreign.on_host(arg) else _FOREIGN
+        elif isinstance(arg, _MAYBE_HOST):
             if not _is_device(arg):
-                return True
+                found |= _HOST
         elif isinstance(arg, tuple):
-            if _has_host_array(arg):
-                return True
+            found |= _scan(arg)
+        elif kind not in _registry.device_wrappers and _foreign.may_be_foreign(kind, arg):
+            _foreign_kinds.add(kind)
+            found |= (_HOST | _FOREIGN) if _foreign.on_host(arg) else _FOREIGN
         else:
             _never_host.add(kind)
-    return False
+    return found
+
+
+# ---------------------------------------------------------------- foreign arrays
+
+# numba orders a launch with a foreign array (a PyTorch tensor, a CuPy array,
+# anything with __cuda_array_interface__) after the stream the array names
+# (numbagraph._foreign.producer): an event recorded there, waited on by the
+# launch stream, and for an object with only __cuda_array_interface__ a host
+# synchronisation of that stream too. Inside a capture (numbagraph's, or one
+# begun outside it) neither may run: the synchronisation, and the event on a
+# stream outside the capture, break it. So a launch on a capturing stream is
+# given a view of each foreign array's memory, and the order is kept as far
+# as a capture can keep it:
+# - the array names no stream, or the launch stream: nothing to order;
+# - a stream of the same capture: it is joined into the launch stream (an
+#   event recorded on it and waited on), as the end of an ng.fork block
+#   joins a stream back;
+# - a stream of another capture: refused, CUDA joins no two captures
+#   (CUDA_ERROR_STREAM_CAPTURE_MERGE);
+# - the legacy default stream: a capture cannot wait on its work, and needs
+#   not when the capture's stream is blocking (numba's cuda.stream()): no
+#   work can reach the legacy stream while a blocking stream captures
+#   (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), and a replay on a blocking stream
+#   waits for all of it. On a non-blocking capture stream it is warned;
+# - any other stream: a capture cannot wait on work outside it
+#   (CUDA_ERROR_STREAM_CAPTURE_ISOLATION), and nothing runs while it
+#   captures: warned, since each replay must be ordered after that work by
+#   its caller.
+# A launch on a stream that does not capture, while numbagraph captures,
+# runs as numba makes it, but is refused where numba's order would break a
+# capture: the legacy default stream while a blocking stream captures, or a
+# stream of a capture, which the launch stream would join.
+
+_UNORDERED_WHY = {
+    "legacy": "a capture cannot wait on its work, and the capture's stream is a "
+              "non-blocking one, which a replay does not order after it",
+    "other": "a stream outside the capture, whose work a capture cannot wait on "
+             "(CUDA_ERROR_STREAM_CAPTURE_ISOLATION)",
+}
+
+
+def _named(producer: int) -> str:
+    names = {0: "the legacy default stream", 1: "the legacy default stream",
+             2: "the per-thread default stream"}
+    return names.get(producer, f"the stream {producer:#x}")
+
+
+def _stream_of(session: Any, handle: int) -> Any:
+    """The stream object of ``session`` whose handle is ``handle``."""
+    fork = session.forks.get(key_of(handle))
+    return session.stream if fork is None else fork.stream
+
+
+def _order_foreign(handle: int, session: Any, producer: int | None, source: str, what: str,
+                   operation: str) -> None:
+    """Order work about to be enqueued on the capturing stream ``handle``
+    (of ``session``; None: of a capture begun outside numbagraph) after
+    ``producer``, the stream the foreign array ``what`` names (``source``
+    says how), by the rule above."""
+    if producer is None or key_of(producer) == key_of(handle):
+        return
+    if _is_legacy(producer):
+        blocking = (session.joins_legacy if session is not None
+                    else _backend.joins_legacy_stream(handle))
+        if not blocking:
+            _warn_unordered(producer, source, what, operation, "legacy")
+        return
+    owner = _registry.on(producer)
+    if session is not None and owner is session:
+        raise_if_invalidated(session)
+        at = _forks.mark(session, producer)
+        _backend.wait_stream(handle, producer)
+        _forks.waited(session, _stream_of(session, handle), handle, at)
+        return
+    capture = _backend.capture_id(producer) if owner is None else None
+    if session is None and capture is not None and capture == _backend.capture_id(handle):
+        _backend.wait_stream(handle, producer)  # both in one capture begun outside numbagraph
+        return
+    if owner is None and capture is None:
+        _warn_unordered(producer, source, what, operation, "other")
+        return
+    where = (f"the capture on {owner.stream!r}" if owner is not None
+             else "a capture begun outside numbagraph")
+    message = (
+        f"{operation}: {what} is ordered after {source}, {_named(producer)}, which "
+        f"captures in {where}, not the launch's capture; ordering the launch after it "
+        "would join two captures, which CUDA does not (CUDA_ERROR_STREAM_CAPTURE_MERGE). "
+        "Instead, produce the array on a stream of the launch's capture (fork that "
+        "stream in with ng.fork), or make the library's current stream the capturing "
+        "one while launching (PyTorch: with torch.cuda.stream(torch.cuda.ExternalStream"
+        "(s.handle)); CuPy: with cupy.cuda.ExternalStream(int(s.handle)))")
+    if session is None:
+        raise ForeignStreamInCaptureError(
+            message + ". Nothing was launched; the capture goes on")
+    error = ForeignStreamInCaptureError(f"{message}. {consequence([session])}")
+    invalidate([session], error)
+    raise error
+
+
+def _warn_unordered(producer: int, source: str, what: str, operation: str, kind: str) -> None:
+    warnings.warn(
+        f"{operation}: {what} is ordered after {source}, {_named(producer)}: "
+        f"{_UNORDERED_WHY[kind]}. The graph reads the array when it runs: before each "
+        "launch of the graph, make sure the work enqueued there has finished, or make "
+        "the launch stream wait on it (an event recorded on that stream and waited on "
+        "by the launch stream); or produce the array on the capturing stream",
+        CaptureWarning, stacklevel=2)
+
+
+def _foreign_views(handle: int, session: Any, args: tuple, operation: str) -> tuple:
+    """``args``, for a launch on the capturing stream ``handle`` (of
+    ``session``, or of a capture begun outside numbagraph when None), with
+    each foreign array (in tuples too) replaced by a view of its memory,
+    once the launch is ordered after the stream each names. Every view is
+    made before anything is ordered, so that a bad array records nothing."""
+    orders: list[tuple] = []
+    launched = _views(args, orders, "argument {}")
+    for producer, source, what in orders:
+        _order_foreign(handle, session, producer, source, what, operation)
+    return launched
+
+
+def _views(args: tuple, orders: list, label: str) -> tuple:
+    out: list | None = None
+    for i, arg in enumerate(args):
+        kind = type(arg)
+        if kind in _foreign_kinds:
+            described = _foreign.interface(arg)
+            if described is None:
+                continue
+            what = f"{label.format(i + 1)} ({kind.__name__})"
+            producer, source = _foreign.producer(arg, described)
+            new = _foreign.view(arg)
+            orders.append((producer, source, what))
+        elif kind is tuple:
+            new = _views(arg, orders, label.format(i + 1) + ", item {}")
+            if new is arg:
+                continue
+        else:
+            continue
+        if out is None:
+            out = list(args)
+        out[i] = new
+    return args if out is None else tuple(out)
+
+
+def order_foreign_operands(stream: Any, values: Any, operation: str) -> None:
+    """Order ``operation``, an op about to be enqueued on ``stream``, after
+    the streams its foreign operands among ``values`` name, where ``stream``
+    is a stream of a numbagraph capture, by the rule foreign arrays passed
+    to kernels follow (ops read foreign arrays as views and synchronise
+    nothing). Call only while a capture is active; a ``stream`` that is not
+    a stream is left for the op to refuse."""
+    handle = _handle(stream) if stream is not None else None
+    if handle is None or _is_legacy(handle):
+        return
+    session = _registry.on(handle)
+    if session is None:
+        return
+    orders: list[tuple] = []
+    for i, value in enumerate(values):
+        kind = type(value)
+        if kind in _never_host or kind in _registry.device_wrappers or kind is tuple:
+            continue
+        if kind not in _foreign_kinds and not _foreign.may_be_foreign(kind, value):
+            continue
+        described = _foreign.interface(value)
+        if described is None:
+            continue
+        producer, source = _foreign.producer(value, described)
+        orders.append((producer, source, f"operand {i + 1} ({kind.__name__})"))
+    for producer, source, what in orders:
+        _order_foreign(handle, session, producer, source, what, operation)
+
+
+def _guard_eager_foreign(handle: int, args: Any, operation: str) -> None:
+    """Refuse a launch on ``handle``, a stream that does not capture, while
+    numbagraph captures, where the order numba makes for a foreign array
+    among ``args`` would break a capture."""
+    for arg in args:
+        kind = type(arg)
+        if kind is tuple:
+            _guard_eager_foreign(handle, arg, operation)
+            continue
+        if kind not in _foreign_kinds:
+            continue
+        described = _foreign.interface(arg)
+        if described is None:
+            continue
+        producer, source = _foreign.producer(arg, described)
+        if producer is None or key_of(producer) == key_of(handle):
+            continue
+        what = (f"{operation} with a {kind.__name__} ordered after {source}, "
+                f"{_named(producer)},")
+        if _is_legacy(producer):
+            blockers = _stream_blockers(producer)
+            if blockers:
+                _refuse(
+                    ForeignStreamInCaptureError, what, blockers,
+                    "numba orders the launch after that stream with an event recorded "
+                    "there (the library records it, for an array read through "
+                    "__dlpack__): work on the legacy default stream, which waits on "
+                    "every blocking stream and so would join the capture "
+                    "(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)",
+                    "make the library's current stream the launch stream while "
+                    "launching (PyTorch: with torch.cuda.stream(torch.cuda."
+                    "ExternalStream(h)); CuPy: with cupy.cuda.ExternalStream(h)), or "
+                    "capture on a non-blocking stream, which the legacy default stream "
+                    "does not wait on")
+            continue
+        owner = _registry.on(producer)
+        if owner is not None:
+            _refuse(
+                ForeignStreamInCaptureError, what, [owner],
+                "numba orders the launch after that stream by making the launch stream "
+                "wait on an event recorded there, which would fork the launch stream "
+                "into that capture and record the launch there instead of running it",
+                "launch on the capturing stream to record the work, or make the "
+                "library's current stream one that does not capture while launching")
 
 
 def _kernel_name(kernel: Any) -> str:
@@ -634,15 +871,28 @@ def _kernel_name(kernel: Any) -> str:
     return getattr(function, "__name__", "a kernel")
 
 
-def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
-    """Validate a kernel launch made while a capture is active."""
+def _check_launch(handle: int, kernel: Any, args: tuple) -> tuple:
+    """Validate a kernel launch made while a capture is active; returns the
+    arguments to launch with (foreign arrays as views, see
+    :func:`_foreign_views`)."""
     session = _registry.on(handle)
     if session is not None and session.failure is not None:
         raise_if_invalidated(session)
     if _is_legacy(handle):
         guard_legacy_work(handle, f"launching {_kernel_name(kernel)} on the legacy default stream")
-    if not _has_host_array(args):
-        return
+    found = _scan(args)
+    if found & _HOST:
+        _refuse_host_arrays(session, kernel)
+    if not found & _FOREIGN or _is_legacy(handle):
+        return args
+    operation = f"launching {_kernel_name(kernel)}"
+    if session is None and _backend.capture_id(handle) is None:
+        _guard_eager_foreign(handle, args, operation)
+        return args
+    return _foreign_views(handle, session, args, operation)
+
+
+def _refuse_host_arrays(session: Any, kernel: Any) -> None:
     operation = f"launching {_kernel_name(kernel)} with a host (NumPy) array argument"
     instead = (
         "copy the array to the device before the capture (d = cuda.to_device(a)) "
@@ -665,6 +915,16 @@ def _check_launch(handle: int, kernel: Any, args: tuple) -> None:
         )
 
 
+def _outside_captures(handle: int, kernel: Any, args: tuple) -> tuple:
+    """A launch while numbagraph captures nothing, with an argument of a
+    type not known to carry no foreign array: as numba launches it, unless
+    its stream captures in a capture begun outside numbagraph (asked of the
+    driver only for a launch with a foreign array)."""
+    if not _scan(args) & _FOREIGN or _is_legacy(handle) or _backend.capture_id(handle) is None:
+        return args
+    return _foreign_views(handle, None, args, f"launching {_kernel_name(kernel)}")
+
+
 def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     """The check every kernel launch passes through, on both backends: it
     returns the arguments the kernel is launched with.
@@ -673,10 +933,14 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     there). While a capture is active, a launch that may break it is
     validated: one on the legacy default stream, on a stream whose capture
     another thread invalidated, or with an argument whose type may carry
-    host memory. A
+    host memory or be a foreign array. A
     launch on a capturing stream keeps its kernel and arguments alive with
-    the graph. Instances of registered device wrappers are unwrapped once
-    the launch is allowed (a Condition's unwrapping marks it set).
+    the graph. A foreign array (``__cuda_array_interface__``) given to a
+    launch on a capturing stream, numbagraph's or another library's, is
+    passed as a view of its memory, numba's synchronisation left out and
+    the order kept by the rule of the section above. Instances of
+    registered device wrappers are unwrapped once the launch is allowed (a
+    Condition's unwrapping marks it set).
     """
     # Hot path (every launch, eager or captured): one pass over the
     # arguments serves both checks, and the unwrapping is a plain loop.
@@ -694,11 +958,15 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
         check_graph_memory(args, handle, kernel)
     if _sessions:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
+        launched = args
         if (check or handle in LEGACY_DEFAULT_HANDLES
                 or (session is not None and session.failure is not None)):
-            _check_launch(handle, kernel, args)
+            launched = _check_launch(handle, kernel, args)
         if session is not None:
             session.keepalive.append((kernel, args))
+        args = launched
+    elif check:
+        args = _outside_captures(handle, kernel, args)
     if not wrapped:
         return args
     unwrapped = list(args)

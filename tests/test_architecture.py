@@ -13,7 +13,7 @@ PACKAGE = ROOT / "numbagraph"
 # Lowest first; a module may import from its own layer or a lower one.
 LAYERS = [
     ("errors", "backend"),
-    ("_registry", "_graphmem", "_hostcalls", "_forks"),
+    ("_registry", "_graphmem", "_hostcalls", "_forks", "_foreign"),
     ("safety",),
     ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),

@@ -40,6 +40,13 @@ def stream_handle(stream: Any) -> int:
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         return int(proto()[1])
+    # PyTorch and CuPy streams of versions without __cuda_stream__ give
+    # their raw handle under their own names.
+    library = type(stream).__module__
+    if library.startswith("torch.cuda") and isinstance(getattr(stream, "cuda_stream", None), int):
+        return int(stream.cuda_stream)
+    if library.startswith("cupy.cuda") and isinstance(getattr(stream, "ptr", None), int):
+        return int(stream.ptr)
     handle = getattr(stream, "handle", None)
     if handle is None:
         raise TypeError(

@@ -21,8 +21,8 @@ from .driver_base import CAPTURE_ACTIVE, DriverError, check
 from .driver_conditional import _capture_info
 
 __all__ = [
-    "wait_stream", "capture_frontier", "stream_waited", "leave_capture", "join_forks",
-    "embed_graph", "has_conditionals",
+    "wait_stream", "capture_id", "capture_frontier", "stream_waited", "leave_capture",
+    "join_forks", "embed_graph", "has_conditionals",
 ]
 
 _SUCCESS = cu.CUresult.CUDA_SUCCESS
@@ -95,12 +95,13 @@ def leave_capture(recording: Any, handle: int) -> None:
         recording.forks.remove(handle)
 
 
-def _capture_id(handle: int) -> int | None:
+def capture_id(handle: int) -> int | None:
     """The id of the capture the stream is in, or None."""
-    err, status, capture_id, *_ = cu.cuStreamGetCaptureInfo(handle)
+    err, status, ident, *_ = cu.cuStreamGetCaptureInfo(handle)
     if err != _SUCCESS or status != CAPTURE_ACTIVE:
         return None
-    return int(capture_id)
+    return int(ident)
+
 
 
 def join_forks(recording: Any) -> None:
@@ -111,12 +112,12 @@ def join_forks(recording: Any) -> None:
     forks, recording.forks = list(recording.forks), []
     if not forks:
         return
-    origin = _capture_id(recording.handle)
+    origin = capture_id(recording.handle)
     if origin is None:
         return  # ended or invalidated: ending it ends every stream in it
     for handle in forks:
         try:
-            if _capture_id(handle) == origin:
+            if capture_id(handle) == origin:
                 wait_stream(recording.handle, handle)
         except Exception:  # noqa: BLE001  the capture is ended next regardless
             pass

@@ -403,6 +403,12 @@ class Backend(Protocol):
         ``waiter`` does: inside a capture, this forks ``waiter`` into it or
         joins it back."""
 
+    def capture_id(self, handle: int) -> int | None:
+        """The id of the capture the stream ``handle`` records into, the
+        same for every stream of one capture, whoever began it; None when
+        it records into none. Not for the legacy default stream, which
+        never captures."""
+
     def capture_frontier(self, handle: int) -> Any:
         """What the stream's capture stands after now: the nodes its next
         work will depend on, as a value that changes whenever work is

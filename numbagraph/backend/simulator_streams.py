@@ -25,13 +25,19 @@ from .simulator import _Frontier, _ids_of, _recordings, _recordings_lock
 from .simulator_conditional import _Node
 
 __all__ = [
-    "ChildGraph", "wait_stream", "capture_frontier", "stream_waited", "leave_capture",
-    "embed_graph", "has_conditionals",
+    "ChildGraph", "wait_stream", "capture_id", "capture_frontier", "stream_waited",
+    "leave_capture", "embed_graph", "has_conditionals",
 ]
 
 
 def wait_stream(waiter: int, waited: int) -> None:
     """Simulated work on ``waited`` is done already: nothing to wait for."""
+
+
+def capture_id(handle: int) -> int | None:
+    """The recording the stream records into stands for its capture."""
+    recording = _recordings.get(capture_key(handle))
+    return None if recording is None else id(recording)
 
 
 def capture_frontier(handle: int) -> frozenset[int] | None:

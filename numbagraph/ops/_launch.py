@@ -26,7 +26,7 @@ from .._graphmem import held as _graph_memory_held
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
 from ..errors import OpError
-from ..safety import on_launch
+from ..safety import on_launch, order_foreign_operands
 from ..scalar import DeviceScalar
 
 __all__ = [
@@ -216,6 +216,9 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
             # which ask the device for its limits.
             if _hostcalls.attention[0]:
                 _hostcalls.refuse_here(f"ng.{op.__name__}()")
+            if _sessions:
+                order_foreign_operands(kwargs.get("stream"), (*args, *kwargs.values()),
+                                       f"ng.{op.__name__}()")
             return op(*args, **kwargs)
         objects: list = []
         key = _call_key(op, args, kwargs, objects)
