@@ -4,12 +4,18 @@ Each page's ```python blocks run in order, in one fresh Python process, as a
 reader would paste them. A ```python block that is not meant to run (an
 excerpt) says so in the Markdown, on the line before it, with the reason:
 ``<!-- not run: an excerpt of examples/jacobi_converge.py -->``; it must
-still compile. Every other code block names a language that is not Python
-(```sh for commands, ```text for output and diagrams), so no block is left
-unchecked by accident.
+still compile. A ```python block that needs what this machine may lack
+says so the same way, with what it needs: ``<!-- needs: driver, torch -->``
+(``driver``: the CUDA driver backend; any other name: a module that must be
+importable); it runs where all of it is there, and elsewhere it is left out
+of the page's run and only compiled, so later blocks must not depend on it.
+Every other code block names a language that is not Python (```sh for
+commands, ```text for output and diagrams), so no block is left unchecked
+by accident.
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
@@ -33,6 +39,7 @@ SECONDS = 60
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 MARKER = re.compile(r"<!--\s*not[ -]run\b")
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<reason>\S.*?)\s*-->\s*$")
+NEEDS = re.compile(r"^\s*<!--\s*needs:\s*(?P<what>[\w.]+(\s*,\s*[\w.]+)*)\s*-->\s*$")
 
 
 @dataclasses.dataclass
@@ -44,10 +51,18 @@ class Block:
     language: str
     code: str
     not_run: str | None = None
+    needs: tuple[str, ...] = ()
 
     @property
     def runs(self) -> bool:
         return self.language in PYTHON and self.not_run is None
+
+
+def missing(needs: tuple[str, ...]) -> list[str]:
+    """What of ``needs`` (a block's ``<!-- needs: ... -->``) this machine lacks."""
+    return [name for name in needs
+            if (ng.backend() != "cuda" if name == "driver"
+                else importlib.util.find_spec(name) is None)]
 
 
 def parse(page: str) -> tuple[list[Block], list[str]]:
@@ -56,21 +71,27 @@ def parse(page: str) -> tuple[list[Block], list[str]]:
     blocks: list[Block] = []
     problems: list[str] = []
     marker: tuple[int, str] | None = None
+    needs: tuple[int, tuple[str, ...]] | None = None
     i = 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
         if opening is None:
-            if MARKER.search(lines[i]):
+            found_needs = NEEDS.match(lines[i])
+            if found_needs is not None:
+                needs = (i + 1, tuple(n.strip() for n in found_needs["what"].split(",")))
+            elif MARKER.search(lines[i]):
                 found = NOT_RUN.match(lines[i])
                 if found is None:
                     problems.append(f"{page}:{i + 1}: write the marker as "
                                     "`<!-- not run: why -->`, alone on its line")
                 else:
                     marker = (i + 1, found["reason"])
-            elif lines[i].strip() and marker is not None:
-                problems.append(f"{page}:{marker[0]}: `<!-- not run -->` must be "
-                                "right before the ```python block it marks")
-                marker = None
+            elif lines[i].strip():
+                for pending, name in ((marker, "not run"), (needs, "needs: ...")):
+                    if pending is not None:
+                        problems.append(f"{page}:{pending[0]}: `<!-- {name} -->` must be "
+                                        "right before the ```python block it marks")
+                marker = needs = None
             i += 1
             continue
         fence, indent = opening["fence"], len(opening["indent"])
@@ -95,10 +116,19 @@ def parse(page: str) -> tuple[list[Block], list[str]]:
                 problems.append(f"{page}:{marker[0]}: `<!-- not run -->` marks a "
                                 f"```{language} block; only ```python blocks run")
             marker = None
+        if needs is not None:
+            if language in PYTHON:
+                block.needs = needs[1]
+            else:
+                problems.append(f"{page}:{needs[0]}: `<!-- needs: ... -->` marks a "
+                                f"```{language} block; only ```python blocks run")
+            needs = None
         blocks.append(block)
         i = end + 1
     if marker is not None:
         problems.append(f"{page}:{marker[0]}: `<!-- not run -->` marks no block")
+    if needs is not None:
+        problems.append(f"{page}:{needs[0]}: `<!-- needs: ... -->` marks no block")
     return blocks, problems
 
 
@@ -149,7 +179,7 @@ def test_code_blocks_are_marked_and_excerpts_compile(page):
     blocks, problems = parse(page)
     assert not problems, "\n".join(problems)
     for block in blocks:
-        if block.language in PYTHON and not block.runs:
+        if block.language in PYTHON and (not block.runs or missing(block.needs)):
             compile("\n" * (block.line - 1) + block.code, page, "exec")
 
 
@@ -158,7 +188,7 @@ RUNNABLE = [page for page in PAGES if any(b.runs for b in parse(page)[0])]
 
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_snippets_run_in_a_fresh_process(page):
-    blocks = [b for b in parse(page)[0] if b.runs]
+    blocks = [b for b in parse(page)[0] if b.runs and not missing(b.needs)]
     done = run_snippets(page, blocks, environment(NUMBAGRAPH_BACKEND=ng.backend()))
     succeeded(done, f"{page}, on the {ng.backend()} backend")
 

@@ -692,6 +692,7 @@ def test_ng_capture_on_a_cuda_core_stream(core_stream, strict):
     s = core_stream
     x = cuda.to_device(np.arange(N, dtype=np.float32))
     y = cuda.to_device(np.full(N, 10, np.float32))
+    cuda.synchronize()                                   # s does not wait on the default stream
     accumulate[1, N, s](x, y)                            # numba takes cuda.core streams
     s.sync()
     with ng.capture(s) as cap:
@@ -707,10 +708,12 @@ def test_numbagraph_work_inside_a_cuda_core_graph_builder(core_stream):
     s = core_stream
     x = cuda.to_device(np.arange(N, dtype=np.float32))
     y = cuda.to_device(np.full(N, 10, np.float32))
+    cuda.synchronize()
     accumulate[1, N, s](x, y)
     ng.add_into(x, y, y, stream=s)
     s.sync()
     y.copy_to_device(np.full(N, 10, np.float32))
+    cuda.synchronize()
     builder = s.create_graph_builder()
     builder.begin_building()
     theirs = builder.stream
