@@ -77,9 +77,9 @@ def producer(obj: Any, described: dict) -> tuple[int | None, str]:
 def on_host(obj: Any) -> bool:
     """Whether ``obj``, of a type that may be a foreign device array, is in
     host memory (a PyTorch CPU tensor): numba copies such an argument to
-    the device and back, as it does a NumPy array."""
-    if interface(obj) is not None:
-        return False
+    the device and back, as it does a NumPy array. DLPack says where the
+    memory is; the array interface is not read (a tensor that requires
+    grad raises for it, and numba's own error is the one to see)."""
     device = getattr(obj, "__dlpack_device__", None)
     if device is None:
         return False

@@ -101,7 +101,9 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         ``stream`` is the legacy default stream, which CUDA forbids
         capturing; or it already captures: captures do not nest on one
         stream, so a capture numbagraph began there is ended, its graph
-        discarded.
+        discarded, while one another library began (``torch.cuda.graph``,
+        a cuda.core ``GraphBuilder``) goes on, and records the work
+        launched on the stream as it is.
     CaptureError
         The driver could not begin the capture (a driver
         ``CUDA_ERROR_STREAM_CAPTURE_*`` error is raised as the matching

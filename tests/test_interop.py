@@ -491,6 +491,13 @@ def test_torch_tensors_passed_to_a_kernel_in_a_numbagraph_capture(torch, stream,
 @pytest.mark.driver_only(reason="PyTorch needs a GPU")
 def test_torch_ops_inside_a_numbagraph_capture(torch, stream):
     x, y = _tensors(torch)
+    with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
+        y.add_(x)                                        # load every kernel first
+        y.mul_(2)
+    accumulate[1, N, stream](x, y)
+    stream.synchronize()
+    y.fill_(10.0)
+    torch.cuda.synchronize()
     with ng.capture(stream) as cap:
         with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
             y.add_(x)                                    # in place: nothing allocated
@@ -505,9 +512,10 @@ def test_torch_ops_inside_a_numbagraph_capture(torch, stream):
 @pytest.mark.driver_only(reason="PyTorch needs a GPU")
 def test_numbagraph_work_inside_a_torch_cuda_graph(torch, stream):
     x, y = _tensors(torch)
-    accumulate[1, N, stream](x, y)                      # compile kernel and op first
+    accumulate[1, N, stream](x, y)                      # load every kernel first
     ng.add_into(x, y, y, stream=stream)
     stream.synchronize()
+    y.mul_(2)
     y.fill_(10.0)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -530,6 +538,8 @@ def test_ng_capture_on_a_torch_stream(torch, strict):
     x, y = _tensors(torch)
     theirs = torch.cuda.Stream()
     s = cuda.external_stream(theirs.cuda_stream)
+    y.add_(1)                                            # load every kernel first
+    y.fill_(10.0)
     accumulate[1, N, s](x, y)
     s.synchronize()
     with ng.capture(theirs) as cap:
