@@ -62,15 +62,22 @@ def host(dev, stream):
     return dev.copy_to_host(stream=stream)
 
 
+def warm(stream):
+    """Compile the kernels and the op the tests launch inside captures, for
+    float32 arrays (numba's, and the views foreign arrays become)."""
+    scratch = cuda.to_device(np.zeros(N, np.float32), stream=stream)
+    accumulate[1, N, stream](scratch, scratch)
+    fill[1, N, stream](scratch, np.float32(0))
+    ng.add_into(scratch, scratch, scratch, stream=stream)
+    stream.synchronize()
+
+
 @pytest.fixture
 def arrays(stream):
     """``(x, y)``: x = 0, 1, ..., y = 10 everywhere; the kernels compiled."""
     x = cuda.to_device(np.arange(N, dtype=np.float32), stream=stream)
     y = cuda.to_device(np.full(N, 10, np.float32), stream=stream)
-    scratch = cuda.to_device(np.zeros(N, np.float32), stream=stream)
-    accumulate[1, N, stream](x, scratch)
-    fill[1, N, stream](scratch, np.float32(0))
-    stream.synchronize()
+    warm(stream)
     return x, y
 
 
@@ -478,6 +485,7 @@ def _tensors(torch):
 @pytest.mark.driver_only(reason="PyTorch needs a GPU")
 def test_torch_tensors_passed_to_a_kernel_in_a_numbagraph_capture(torch, stream, strict):
     x, y = _tensors(torch)
+    warm(stream)
     accumulate[1, N, stream](x, y)                      # compiled outside, y = 10 + x
     stream.synchronize()
     with ng.capture(stream) as cap:
@@ -491,6 +499,7 @@ def test_torch_tensors_passed_to_a_kernel_in_a_numbagraph_capture(torch, stream,
 @pytest.mark.driver_only(reason="PyTorch needs a GPU")
 def test_torch_ops_inside_a_numbagraph_capture(torch, stream):
     x, y = _tensors(torch)
+    warm(stream)
     with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
         y.add_(x)                                        # load every kernel first
         y.mul_(2)
@@ -538,6 +547,7 @@ def test_ng_capture_on_a_torch_stream(torch, strict):
     x, y = _tensors(torch)
     theirs = torch.cuda.Stream()
     s = cuda.external_stream(theirs.cuda_stream)
+    warm(s)
     y.add_(1)                                            # load every kernel first
     y.fill_(10.0)
     accumulate[1, N, s](x, y)
@@ -556,6 +566,7 @@ def test_torch_tensors_of_the_default_stream_warn_on_a_torch_capture_stream(torc
     x, y = _tensors(torch)
     theirs = torch.cuda.Stream()
     s = cuda.external_stream(theirs.cuda_stream)
+    warm(s)
     accumulate[1, N, s](x, y)
     s.synchronize()
     with pytest.warns(ng.CaptureWarning, match="PyTorch's current stream"):
@@ -582,6 +593,9 @@ def test_a_kernel_on_torch_tensors_beside_a_blocking_capture_is_refused(torch, s
 @pytest.mark.driver_only(reason="PyTorch needs a GPU")
 def test_torch_work_on_its_default_stream_in_a_blocking_capture_is_translated(torch, stream):
     x, y = _tensors(torch)
+    warm(stream)
+    y.add_(x)                                            # load PyTorch's kernel first
+    torch.cuda.synchronize()
     with pytest.raises(ng.ForeignStreamInCaptureError, match="torch.cuda.ExternalStream"):
         with ng.capture(stream):
             y.add_(x)                                    # on the legacy default stream
@@ -610,6 +624,7 @@ def _cupy_arrays(cupy):
 @pytest.mark.driver_only(reason="CuPy needs a GPU")
 def test_cupy_arrays_passed_to_a_kernel_in_a_numbagraph_capture(cupy, stream, strict):
     x, y = _cupy_arrays(cupy)
+    warm(stream)
     accumulate[1, N, stream](x, y)
     stream.synchronize()
     with ng.capture(stream) as cap:
@@ -623,6 +638,7 @@ def test_cupy_arrays_passed_to_a_kernel_in_a_numbagraph_capture(cupy, stream, st
 @pytest.mark.driver_only(reason="CuPy needs a GPU")
 def test_cupy_ops_inside_a_numbagraph_capture(cupy, stream):
     x, y = _cupy_arrays(cupy)
+    warm(stream)
     with cupy.cuda.ExternalStream(int(stream.handle)):
         cupy.add(y, x, out=y)                            # compile CuPy's kernels first
         cupy.multiply(y, 2, out=y)
@@ -667,6 +683,7 @@ def test_ng_capture_on_a_cupy_stream(cupy, strict):
     x, y = _cupy_arrays(cupy)
     theirs = cupy.cuda.Stream(non_blocking=True)
     s = cuda.external_stream(theirs.ptr)
+    warm(s)
     with theirs:
         cupy.add(y, 1, out=y)                            # compile CuPy's kernel first
         y.fill(10.0)
