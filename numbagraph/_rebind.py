@@ -18,7 +18,8 @@ from .backend import active as _backend
 from .backend.interface import Move
 from .errors import RebindError
 
-__all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held"]
+__all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held",
+           "Fixed", "FixedNodesError", "fixed_of", "check_fixed"]
 
 
 def pairs_of(mapping: Any) -> list[tuple[Any, Any]]:
@@ -226,3 +227,45 @@ def check_held(spans: list[list], pairs: list[tuple[Any, Any]],
                     "part of it; rebind the array that holds both")
             break
     return held
+
+
+# ---------------------------------------------------------------- nodes that cannot move
+
+class Fixed:
+    """Arrays that nodes of a graph use where numbagraph cannot move them:
+    a library's kernels (cuBLAS's) take their addresses inside parameter
+    blocks numbagraph does not read. The graph keeps this entry, and with it
+    the arrays; a rebinding that would move one of them is refused, since
+    the library's nodes would go on using the old memory."""
+
+    __slots__ = ("what", "arrays", "instead")
+
+    def __init__(self, what: str, arrays: tuple, instead: str):
+        self.what = what          # the work, as the error names it
+        self.arrays = arrays      # device arrays
+        self.instead = instead    # what to do instead, as the error says it
+
+
+class FixedNodesError(RebindError):
+    """A rebinding refused because it would move an array a library's nodes
+    use (see :class:`Fixed`). Nothing changed."""
+
+
+def fixed_of(keepalive: list) -> list[Fixed]:
+    """The :class:`Fixed` entries among what a graph keeps alive."""
+    return [entry for entry in keepalive if type(entry) is Fixed]
+
+
+def check_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
+    """Refuse ``moves`` when one reaches memory an entry of ``fixed`` names."""
+    for entry in fixed:
+        for dev in entry.arrays:
+            _, start, end = span(dev)
+            if start == end:
+                continue
+            for i, move in enumerate(moves):
+                if start < move.end and move.start < end:
+                    raise FixedNodesError(
+                        f"rebind pair {i}: the graph's {entry.what} uses this array, and "
+                        "its kernels hold the array's address where numbagraph cannot "
+                        f"move it; the graph is unchanged. {entry.instead}")

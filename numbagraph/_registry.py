@@ -44,6 +44,7 @@ class Session:
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
         "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block", "forks",
+        "blas",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -76,6 +77,9 @@ class Session:
         # it, by name (None: the capture's own graph).
         self.memory: Any = None
         self.block: str | None = None
+        # The cuBLAS workspaces its graph owns, by capture key of the stream
+        # that uses each (numbagraph.ops._blas); made at its first cuBLAS call.
+        self.blas: dict | None = None
         self._joins_legacy: bool | None = None
         # Holds numba's frees until released by ended(): a free during a
         # capture would break it.

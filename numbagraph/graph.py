@@ -31,7 +31,7 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches")
+    __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None):
         self.executable = executable
@@ -46,6 +46,9 @@ class _Resources:
         # The kernel launches described (nodes.Launches), once the launches
         # in keepalive are split up by a rebinding; until then, read there.
         self.launches: Any = None
+        # The arrays nodes use where a rebinding cannot move them
+        # (_rebind.Fixed entries of keepalive); None until first asked.
+        self.fixed: list | None = None
 
     def arrays(self) -> list:
         """Everything the graph keeps alive, as one list."""
@@ -407,6 +410,7 @@ class CapturedGraph:
         superseded = self._res.arrays()
         self._res.keepalive = list(other._res.keepalive)
         self._res.launches, self._nodes = other._res.launches, None
+        self._res.fixed = None
         self._res.spans = None if other._res.spans is None else [
             list(entry) for entry in other._res.spans]
         self._res.drop(superseded)
@@ -440,8 +444,11 @@ class CapturedGraph:
         ------
         RebindError
             An old array is not used by the graph, a pair differs in layout
-            or kind, two old arrays overlap, or ``mapping`` is not a mapping.
-            Checked before anything changes: the graph is left as it was.
+            or kind, two old arrays overlap, or ``mapping`` is not a mapping;
+            or an old array is used by cuBLAS's kernels
+            ([matmul_into][numbagraph.matmul_into]), which hold its address
+            where numbagraph cannot move it. Checked before anything changes:
+            the graph is left as it was.
         GraphClosedError
             The graph was closed.
         CaptureStateError
@@ -482,8 +489,12 @@ class CapturedGraph:
         if not moves:
             self._executable()
             return
-        plan = self._instantiated().plan_rebind(moves)
         res = self._res
+        if res.fixed is None:
+            res.fixed = _rebind.fixed_of(res.keepalive)
+        if res.fixed:
+            _rebind.check_fixed(res.fixed, moves)
+        plan = self._instantiated().plan_rebind(moves)
         if res.spans is None:
             # What describes the graph's launches is kept before they go.
             if res.launches is None:

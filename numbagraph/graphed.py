@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _graphmem, _registry
-from ._rebind import device_array_of, span
+from ._rebind import FixedNodesError, device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .backend.interface import Move
@@ -121,6 +121,9 @@ class _Cache:
 
 
 _VALUE = "value"
+# The key, among a graphed function's warnings given, of the one saying that
+# calls with other arrays capture again (argument positions are the others).
+_CUBLAS_WARNING = -1
 
 
 def _name_of(position: int, nargs: int, keys: tuple) -> str:
@@ -371,11 +374,18 @@ class GraphedFunction:
                     pairs.append((old, new))
                     moves.append(Move(start, end, new_span[0] - ptr, new_span[3]))
             if moves:
-                entry.graph._move(pairs, moves, strict=False)
-                entry.bound = values
-                entry.spans = spans
-                cache.rebinds += 1
-            cache.hits += 1
+                try:
+                    entry.graph._move(pairs, moves, strict=False)
+                except FixedNodesError:
+                    entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
+                                                keys, values, spans)
+                else:
+                    entry.bound = values
+                    entry.spans = spans
+                    cache.rebinds += 1
+                    cache.hits += 1
+            else:
+                cache.hits += 1
         entry.graph.launch()
         cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
         cache.last_keys = keys
@@ -460,6 +470,26 @@ class GraphedFunction:
                 "and keep array layouts fixed, or raise max_graphs",
                 GraphedWarning, stacklevel=4)
         return entry
+
+    def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,
+                       args: tuple, kwargs: dict, keys: tuple, values: tuple,
+                       spans: dict[int, tuple]) -> _Entry:
+        """Capture the signature of ``entry`` again, for a call whose arrays
+        the graph cannot be rebound to: cuBLAS's kernels hold the addresses
+        of the arrays they were given (numbagraph.ops._blas)."""
+        del cache.entries[sig]
+        _close(entry, f"the graph of {self._name}() captured again for other arrays")
+        if _CUBLAS_WARNING not in self._warned:
+            self._warned.add(_CUBLAS_WARNING)
+            warnings.warn(
+                f"{self._name}() calls cuBLAS (ng.matmul_into), whose kernels keep the "
+                "addresses of the arrays they were captured with: a call with other "
+                "arrays captures the function again instead of rebinding its graph. "
+                "Pass the same arrays from call to call, or run matmul_into's numba "
+                "kernel, which rebinds: ng.set_matmul_backend('numba')",
+                GraphedWarning, stacklevel=4)
+        names = [_name_of(i, len(args), keys) for i in range(len(values))]
+        return self._capture(cache, sig, stream, args, kwargs, values, spans, names)
 
     def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
         for name, a, b in zip(names, old, new):

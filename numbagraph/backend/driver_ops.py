@@ -16,6 +16,10 @@ from .driver_base import check, raise_for
 
 THREADS_PER_BLOCK = 256
 
+# Libraries' own kernels (cuBLAS) run on these streams and are captured with
+# them.
+LIBRARY_KERNELS = True
+
 
 def as_device_array(obj: Any) -> Any:
     """``obj`` as a numba device array, or None if it is not device memory.

@@ -260,6 +260,11 @@ class Backend(Protocol):
     """numba's stream class."""
     EVENT_TYPE: ClassVar[type]
     """numba's event class."""
+    LIBRARY_KERNELS: ClassVar[bool]
+    """Whether kernels a library launches itself on a stream handle (cuBLAS,
+    through nvmath-python) run, and are recorded by a capture, as numba's
+    launches are: True on the driver; the simulator runs Python kernels
+    only."""
 
     def numba_patches(self, on_launch: LaunchHook) -> Sequence[Patch]:
         """The changes this backend makes to numba, every kernel launch

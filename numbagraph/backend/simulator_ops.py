@@ -12,6 +12,9 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 # Every simulated thread is a Python thread: small blocks keep launches quick.
 THREADS_PER_BLOCK = 32
 
+# Only Python kernels run here: a library's CUDA kernels (cuBLAS) cannot.
+LIBRARY_KERNELS = False
+
 
 class _HostView:
     """Exposes a foreign array's interface to NumPy and keeps its owner alive

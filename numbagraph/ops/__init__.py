@@ -2,8 +2,9 @@
 
 A graph cannot allocate, so every op here writes into an ``out`` the caller
 allocated before capturing (``ng.empty``, ``ng.zeros``, ...). Each op is a
-numba kernel launched on ``stream``, so ops and your own kernels mix freely
-inside a capture. Inputs are device arrays (numba, or anything with
+numba kernel launched on ``stream`` (``matmul_into`` calls cuBLAS instead on
+the driver where nvmath-python is installed), so ops and your own kernels mix
+freely inside a capture. Inputs are device arrays (numba, or anything with
 ``__cuda_array_interface__``), numbers, or DeviceScalars, which are read on
 the device when the op runs. Every check happens in Python before anything
 is launched: a wrong call raises [OpError][numbagraph.OpError] and leaves a
@@ -37,3 +38,8 @@ __all__ = [*elementwise.__all__, *reduce.__all__, *index.__all__, *linalg.__all_
 for _name in __all__:
     globals()[_name] = _launch.repeatable(globals()[_name])
 del _name
+
+# The settings of matmul_into's path (cuBLAS or the numba kernel), as they are.
+from .linalg import matmul_backend, prepare_matmul, set_matmul_backend, set_tf32  # noqa: E402
+
+__all__ += ["matmul_backend", "set_matmul_backend", "set_tf32", "prepare_matmul"]

@@ -43,6 +43,7 @@ __all__ = [
     "INDEX",
     "repeatable",
     "device_step",
+    "forget_remembered",
 ]
 
 # Enough resident blocks per multiprocessor to hide memory latency with
@@ -149,6 +150,16 @@ _NUMBERS = frozenset({int, float, bool, complex, str, type(None), np.int8, np.in
                       np.bool_})
 # (array types and DeviceScalar, stream types), asked of the backend once.
 _kinds: list[tuple[frozenset, frozenset]] = []
+# Part of every call key: a setting that decides what an op launches
+# (ng.set_matmul_backend, ng.set_tf32) changes it, so that no call
+# remembered before is made again as it was.
+_epoch = [0]
+
+
+def forget_remembered() -> None:
+    """Check every op call again at its next call, on every thread: what a
+    call remembered before launches may no longer be what the op would."""
+    _epoch[0] += 1
 
 
 def _call_key(op: Callable, args: tuple, kwargs: dict, objects: list) -> tuple | None:
@@ -162,7 +173,7 @@ def _call_key(op: Callable, args: tuple, kwargs: dict, objects: list) -> tuple |
     arrays, streams = _kinds[0]
     if not arrays:
         return None
-    key: list = [op]
+    key: list = [op, _epoch[0]]
     for values in (args, kwargs.values()):
         for value in values:
             kind = type(value)

@@ -46,9 +46,10 @@ def _names(dtypes: Sequence[np.dtype]) -> str:
     return ", ".join(d.name for d in dtypes)
 
 
-def device_array(obj: Any, what: str) -> Any:
-    """``obj`` as a C-contiguous numba device array; DeviceScalars become
-    their one-element array."""
+def device_array(obj: Any, what: str, contiguous: bool = True) -> Any:
+    """``obj`` as a C-contiguous numba device array (any layout, with
+    ``contiguous`` False, for an op whose kernels read strides); DeviceScalars
+    become their one-element array."""
     if isinstance(obj, DeviceScalar):
         return obj.inner()
     try:
@@ -72,7 +73,7 @@ def device_array(obj: Any, what: str) -> Any:
             "object with __cuda_array_interface__ such as a CuPy array or a "
             "PyTorch CUDA tensor)"
         )
-    if not dev.is_c_contiguous():
+    if contiguous and not dev.is_c_contiguous():
         raise OpError(
             f"{what} is not C-contiguous (strides {tuple(dev.strides)} for shape "
             f"{tuple(dev.shape)}); ops take C-contiguous arrays: make a "

@@ -2,9 +2,12 @@
 
 ``matvec_into`` gives each row of the matrix to one block, which sums its
 products in the fixed order of the reductions, so results are deterministic.
-``matmul_into`` is tiled through shared memory: each block computes a square
-tile of ``out``, stepping tiles of ``a`` and ``b`` through shared memory
-along the inner dimension; every element sums in order of ``k``.
+``matmul_into`` calls cuBLAS on the driver where nvmath-python is installed
+(numbagraph.ops._blas says when), and otherwise runs a kernel tiled through
+shared memory: each block computes a square tile of ``out``, stepping tiles
+of ``a`` and ``b`` through shared memory along the inner dimension; every
+element sums in order of ``k``. Both read any strides; a batch of matrices
+(3-D operands) is one call.
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda, types
 
+from .._rebind import span
+from ..backend import active as _backend
 from ..errors import OpError
-from . import _launch, _reduce_kernels as _rk
-from ._operands import ARITHMETIC, check_disjoint, check_dtype, device_array, flat
+from . import _blas, _launch, _reduce_kernels as _rk
+from ._operands import ARITHMETIC, check_dtype, device_array
 from .reduce import sum_like
 
 __all__ = ["matvec_into", "matmul_into"]
 
-MATMUL_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64))
+MATMUL_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 _MAX_GRID = 65535
 
@@ -77,55 +82,132 @@ def _tile_size() -> int:
     return tile
 
 
-def _matmul_kernel(dtype: np.dtype, tile: int) -> Callable:
-    acc = _launch.scalar_type(dtype)
-    zero = np.dtype(dtype).type(0)
+# Element access by batch, row and column, for an operand of 2 dimensions
+# (the same matrix for every batch) or 3.
+
+@cuda.jit(device=True)
+def _get2(x, z, r, c):
+    return x[r, c]
+
+
+@cuda.jit(device=True)
+def _get3(x, z, r, c):
+    return x[z, r, c]
+
+
+@cuda.jit(device=True)
+def _put2(x, z, r, c, value):
+    x[r, c] = value
+
+
+@cuda.jit(device=True)
+def _put3(x, z, r, c, value):
+    x[z, r, c] = value
+
+
+def _matmul_kernel(dtype: np.dtype, tile: int, a_ndim: int, b_ndim: int,
+                   out_ndim: int) -> Callable:
+    acc = _launch.compute_type(dtype)
+    zero = np.dtype(np.float32 if dtype == np.float16 else dtype).type(0)
+    get_a = _get3 if a_ndim == 3 else _get2
+    get_b = _get3 if b_ndim == 3 else _get2
+    put = _put3 if out_ndim == 3 else _put2
     int64 = types.int64
 
-    def kernel(a, b, out, m, n, k):
+    def matmul_tiles(a, b, out, batches, m, n, k):
         sa = cuda.shared.array((tile, tile), acc)
         sb = cuda.shared.array((tile, tile), acc)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row0 = int64(cuda.blockIdx.y) * tile
-        while row0 < m:
-            col0 = int64(cuda.blockIdx.x) * tile
-            while col0 < n:
-                r = row0 + ty
-                c = col0 + tx
-                total = zero
-                k0 = int64(0)
-                while k0 < k:
-                    ka = k0 + tx
-                    kb = k0 + ty
-                    sa[ty, tx] = a[r * k + ka] if (r < m and ka < k) else zero
-                    sb[ty, tx] = b[kb * n + c] if (kb < k and c < n) else zero
-                    cuda.syncthreads()
-                    for kk in range(tile):
-                        total += sa[ty, kk] * sb[kk, tx]
-                    cuda.syncthreads()
-                    k0 += tile
-                if r < m and c < n:
-                    out[r * n + c] = total
-                col0 += int64(cuda.gridDim.x) * tile
-            row0 += int64(cuda.gridDim.y) * tile
+        z = int64(cuda.blockIdx.z)
+        while z < batches:
+            row0 = int64(cuda.blockIdx.y) * tile
+            while row0 < m:
+                col0 = int64(cuda.blockIdx.x) * tile
+                while col0 < n:
+                    r = row0 + ty
+                    c = col0 + tx
+                    total = zero
+                    k0 = int64(0)
+                    while k0 < k:
+                        ka = k0 + tx
+                        kb = k0 + ty
+                        if r < m and ka < k:
+                            sa[ty, tx] = get_a(a, z, r, ka)
+                        else:
+                            sa[ty, tx] = zero
+                        if kb < k and c < n:
+                            sb[ty, tx] = get_b(b, z, kb, c)
+                        else:
+                            sb[ty, tx] = zero
+                        cuda.syncthreads()
+                        for kk in range(tile):
+                            total += sa[ty, kk] * sb[kk, tx]
+                        cuda.syncthreads()
+                        k0 += tile
+                    if r < m and c < n:
+                        put(out, z, r, c, total)
+                    col0 += int64(cuda.gridDim.x) * tile
+                row0 += int64(cuda.gridDim.y) * tile
+            z += int64(cuda.gridDim.z)
 
-    return kernel
+    return matmul_tiles
+
+
+def _distinct_elements(dev: Any) -> bool:
+    """Whether no two elements of ``dev`` share memory: along the axes
+    ordered by stride, each steps past all the memory the smaller ones span
+    (a sufficient test)."""
+    extent = np.dtype(dev.dtype).itemsize
+    for n, stride in sorted(((n, abs(s)) for n, s in zip(dev.shape, dev.strides) if n > 1),
+                            key=lambda axis: axis[1]):
+        if stride < extent:
+            return False
+        extent = stride * (n - 1) + extent
+    return True
+
+
+def _shapes(a_dev: Any, b_dev: Any, out_dev: Any) -> tuple[int, int, int, int]:
+    """(batches, M, K, N), or OpError."""
+    a_shape, b_shape = tuple(a_dev.shape), tuple(b_dev.shape)
+    out_shape = tuple(out_dev.shape)
+    batched = [s[0] for s in (a_shape, b_shape) if len(s) == 3]
+    batches = batched[0] if batched else 1
+    (m, k), (k2, n) = a_shape[-2:], b_shape[-2:]
+    want = (batches, m, n) if batched else (m, n)
+    if len(set(batched)) > 1 or k2 != k or out_shape != want:
+        raise OpError(
+            f"matmul_into shapes do not fit: a {a_shape} @ b {b_shape} -> out {out_shape}; "
+            "need (M, K) @ (K, N) -> (M, N), or a batch, (B, M, K) @ (B, K, N) -> (B, M, N), "
+            "where either input may be 2-D to be used for every batch")
+    return batches, m, k, n
 
 
 def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
-    """``out = a @ b`` for ``a`` (M, K), ``b`` (K, N), ``out`` (M, N), all
-    float32 or all float64. ``out`` must not share memory with ``a`` or ``b``.
+    """``out = a @ b`` for ``a`` (M, K), ``b`` (K, N), ``out`` (M, N), or a
+    batch of products: ``a`` (B, M, K), ``b`` (B, K, N), ``out`` (B, M, N),
+    either input 2-D to be used for every batch. All of one dtype: float16
+    (accumulated in float32), float32 or float64. Any strides, views and
+    transposes included. ``out`` must not share memory with ``a`` or ``b``.
+
+    On the CUDA driver with nvmath-python installed (``pip install
+    numbagraph[blas]``) the product is cuBLAS's, recorded into a capture as
+    cuBLAS's own kernel nodes; float32 runs without TF32 unless
+    [set_tf32][numbagraph.set_tf32] allows it. Elsewhere, for layouts cuBLAS
+    does not take (a matrix strided along both axes), with ``K`` 0, or after
+    ``ng.set_matmul_backend("numba")``, a numba kernel tiled through shared
+    memory runs. [matmul_backend][numbagraph.matmul_backend] says which.
 
     Parameters
     ----------
     a
-        A 2-D device array of shape (M, K).
+        A device array of shape (M, K), or (B, M, K).
     b
-        A 2-D device array of shape (K, N).
+        A device array of shape (K, N), or (B, K, N).
     out
-        A 2-D device array of shape (M, N); it shares no memory with ``a`` or
-        ``b``.
+        A device array of shape (M, N), or (B, M, N) when an input is 3-D;
+        it shares no memory with ``a`` or ``b``, and no two of its elements
+        share memory.
     stream
         The stream the op is launched on, or recorded into while it captures.
 
@@ -133,7 +215,10 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     ------
     OpError
         An operand does not fit (shape, dtype, memory shared with ``out``, a
-        host array), or ``stream`` is missing or not a stream. Raised before
+        host array), or ``stream`` is missing or not a stream; or, after
+        ``ng.set_matmul_backend("cublas")``, cuBLAS cannot be called here
+        (its first call on a thread inside a capture: call
+        [prepare_matmul][numbagraph.prepare_matmul] before). Raised before
         anything is launched or recorded.
     ForeignStreamInCaptureError
         ``stream`` is the legacy default stream while a stream captures.
@@ -141,42 +226,232 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
         ``stream``'s capture was invalidated by an operation refused on
         another thread.
 
+    Warns
+    -----
+    CaptureWarning
+        cuBLAS could not be called, and the numba kernel ran (or was
+        recorded) instead: the first call on a thread inside a capture, or
+        one inside a conditional body of a capture without a workspace yet.
+
     Examples
     --------
     ```python
     ng.matmul_into(p, v_cache, attn, stream=s)    # (1, T) @ (T, D) -> (1, D)
+    ng.matmul_into(x, w.T, y, stream=s)           # a transposed view: no copy
     ```
     """
     launch_on = _launch.launch_handle(stream)
-    a_dev, b_dev = device_array(a, "a"), device_array(b, "b")
-    out_dev = device_array(out, "out")
+    a_dev = device_array(a, "a", contiguous=False)
+    b_dev = device_array(b, "b", contiguous=False)
+    out_dev = device_array(out, "out", contiguous=False)
     for what, dev in (("a", a_dev), ("b", b_dev), ("out", out_dev)):
         check_dtype(np.dtype(dev.dtype), MATMUL_DTYPES, what, "matmul_into")
-        if dev.ndim != 2:
-            raise OpError(f"{what} of matmul_into must be 2-D, not shape {tuple(dev.shape)}")
+        if dev.ndim not in (2, 3):
+            raise OpError(f"{what} of matmul_into must be 2-D or 3-D (a batch), not shape "
+                          f"{tuple(dev.shape)}")
     if not a_dev.dtype == b_dev.dtype == out_dev.dtype:
         raise OpError(
             f"matmul_into needs one dtype; got a {a_dev.dtype}, b {b_dev.dtype}, "
             f"out {out_dev.dtype}")
-    (m, k), (k2, n) = a_dev.shape, b_dev.shape
-    if k2 != k or tuple(out_dev.shape) != (m, n):
+    batches, m, k, n = _shapes(a_dev, b_dev, out_dev)
+    if not _distinct_elements(out_dev):
         raise OpError(
-            f"matmul_into shapes do not fit: a {tuple(a_dev.shape)} @ b "
-            f"{tuple(b_dev.shape)} -> out {tuple(out_dev.shape)}; need (M, K) @ (K, N) "
-            "-> (M, N)")
-    check_disjoint(out_dev, [("a", a_dev), ("b", b_dev)], "matmul_into")
-    if m == 0 or n == 0:
+            f"out of matmul_into has elements that share memory (strides "
+            f"{tuple(out_dev.strides)} for shape {tuple(out_dev.shape)}); write into an "
+            "array whose elements are each its own")
+    _, out_lo, out_hi = span(out_dev)
+    for what, dev in (("a", a_dev), ("b", b_dev)):
+        _, lo, hi = span(dev)
+        if lo < hi and out_lo < out_hi and lo < out_hi and out_lo < hi:
+            raise OpError(
+                f"out of matmul_into overlaps {what} (their memory spans meet); "
+                "matmul_into needs an output that does not share memory with its inputs")
+    if m == 0 or n == 0 or batches == 0:
         return
     dtype = np.dtype(a_dev.dtype)
+    if k and _blas.enabled():
+        gemm = _blas.plan(tuple(a_dev.shape), tuple(a_dev.strides), tuple(b_dev.shape),
+                          tuple(b_dev.strides), tuple(out_dev.shape), tuple(out_dev.strides),
+                          dtype.itemsize)
+        pointers = (_backend.device_pointer(a_dev), _backend.device_pointer(b_dev),
+                    _backend.device_pointer(out_dev))
+        if gemm is not None and not any(p % dtype.itemsize for p in pointers):
+            call = _blas.gemm_call(launch_on, dtype, gemm, a_dev, b_dev, out_dev, pointers)
+            if call is not None:
+                _launch.device_step(_blas.run, call)
+                _blas.finish(call)
+                return
     tile = _tile_size()
     sms, _ = _launch.limits()
-    arr = _launch.array_type(dtype)
+    kinds = (a_dev._numba_type_, b_dev._numba_type_, out_dev._numba_type_)
     kernel = _launch.compiled(
-        ("matmul", dtype.str, tile),
-        lambda: (_matmul_kernel(dtype, tile), (arr, arr, arr, _launch.INDEX,
-                                               _launch.INDEX, _launch.INDEX)),
+        ("matmul", dtype.str, tile, kinds),
+        lambda: (_matmul_kernel(dtype, tile, a_dev.ndim, b_dev.ndim, out_dev.ndim),
+                 (*kinds, _launch.INDEX, _launch.INDEX, _launch.INDEX, _launch.INDEX)),
     )
     grid_x = min(-(-n // tile), _MAX_GRID)
     grid_y = min(-(-m // tile), _MAX_GRID, max(1, sms * 64 // grid_x))
-    kernel[(grid_x, grid_y), (tile, tile), launch_on](
-        flat(a_dev), flat(b_dev), flat(out_dev), m, n, k)
+    grid_z = min(batches, _MAX_GRID, max(1, sms * 64 // (grid_x * grid_y)))
+    kernel[(grid_x, grid_y, grid_z), (tile, tile), launch_on](
+        a_dev, b_dev, out_dev, batches, m, n, k)
+
+
+# ---------------------------------------------------------------- settings
+
+# Not ops, so not in __all__: numbagraph.ops exports them as they are, where
+# each op is wrapped as a repeatable call.
+
+def matmul_backend() -> str:
+    """The path [matmul_into][numbagraph.matmul_into] takes now, for the
+    layouts cuBLAS takes: ``"cublas"`` or ``"numba"``.
+
+    ``"cublas"`` on the CUDA driver with nvmath-python installed (``pip
+    install numbagraph[blas]``) and libcublas found, unless
+    ``set_matmul_backend("numba")``; ``"numba"`` on the simulator, without
+    the extra, or after ``set_matmul_backend("numba")``. Asking imports
+    nvmath and loads libcublas the first time, on the driver; it makes no
+    handle and allocates nothing.
+
+    Returns
+    -------
+    str
+        ``"cublas"`` or ``"numba"``.
+
+    Examples
+    --------
+    ```python
+    print(ng.matmul_backend())     # "cublas" on a GPU with numbagraph[blas]
+    ```
+    """
+    return "cublas" if _blas.enabled() else "numba"
+
+
+def set_matmul_backend(choice: str) -> str:
+    """Choose how [matmul_into][numbagraph.matmul_into] computes, for every
+    thread, from its next call on.
+
+    ``"auto"`` (the default) calls cuBLAS where it can run and runs the numba
+    kernel elsewhere, never failing for want of cuBLAS; ``"cublas"`` asks for
+    cuBLAS by name: this call fails where it cannot run, and a later
+    ``matmul_into`` that cannot call it (its first call on a thread inside a
+    capture) raises instead of running the numba kernel; ``"numba"`` always
+    runs the numba kernel, whose launches a graph can rebind. A graph keeps
+    the path it captured.
+
+    Parameters
+    ----------
+    choice
+        ``"auto"``, ``"cublas"`` or ``"numba"``.
+
+    Returns
+    -------
+    str
+        The choice before this call.
+
+    Raises
+    ------
+    ValueError
+        ``choice`` is none of the three.
+    OpError
+        ``"cublas"`` where cuBLAS cannot run: on the simulator, without
+        nvmath-python (``pip install numbagraph[blas]``), or where libcublas
+        is not found; the message says which. The choice is left as it was.
+
+    Examples
+    --------
+    ```python
+    before = ng.set_matmul_backend("numba")
+    ...
+    ng.set_matmul_backend(before)
+    ```
+    """
+    if choice not in _blas.CHOICES:
+        raise ValueError(
+            f"set_matmul_backend takes one of {', '.join(map(repr, _blas.CHOICES))}, not "
+            f"{choice!r}")
+    if choice == "cublas":
+        reason = _blas.unavailable()
+        if reason is not None:
+            raise OpError(f"ng.set_matmul_backend('cublas'): {reason}. The choice stays "
+                          f"{_blas.settings.choice!r}")
+    before, _blas.settings.choice = _blas.settings.choice, choice
+    _launch.forget_remembered()
+    return before
+
+
+def set_tf32(enabled: bool) -> bool:
+    """Allow cuBLAS to compute float32 products on TF32 tensor cores (inputs
+    rounded to a 10-bit mantissa, accumulated in float32), for every thread,
+    from the next [matmul_into][numbagraph.matmul_into] call on.
+
+    Off by default, as PyTorch's ``torch.backends.cuda.matmul.allow_tf32``:
+    float32 products are then computed in float32. Only cuBLAS's float32
+    products change; the numba kernel, float16 and float64 do not. A graph
+    keeps what it captured.
+
+    Parameters
+    ----------
+    enabled
+        True to allow TF32, False to compute in float32.
+
+    Returns
+    -------
+    bool
+        The setting before this call.
+
+    Raises
+    ------
+    TypeError
+        ``enabled`` is not a bool.
+
+    Examples
+    --------
+    ```python
+    ng.set_tf32(True)     # faster float32 products, about 3 decimal digits
+    ```
+    """
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise TypeError(f"set_tf32 takes True or False, not {enabled!r}")
+    before, _blas.settings.tf32 = _blas.settings.tf32, bool(enabled)
+    _launch.forget_remembered()
+    return before
+
+
+def prepare_matmul(*, stream: Any) -> str:
+    """Make, outside a capture, what [matmul_into][numbagraph.matmul_into]
+    needs to call cuBLAS on ``stream`` from this thread: the thread's cuBLAS
+    handle on the current device, the stream's workspace, and a spare handle
+    and workspace for the next capture's graph. Nothing when the numba kernel
+    is what runs.
+
+    ``matmul_into`` makes them itself at its first call outside a capture;
+    a capture whose thread never called it cannot (cuBLAS may allocate as it
+    makes a handle), and records the numba kernel instead, with a
+    CaptureWarning. Call this before such a capture.
+
+    Parameters
+    ----------
+    stream
+        The stream the capture will record on.
+
+    Returns
+    -------
+    str
+        The path ``matmul_into`` takes: ``"cublas"`` or ``"numba"``.
+
+    Raises
+    ------
+    OpError
+        ``stream`` is not a stream, or a capture in progress forbids
+        allocating now (the stream captures, or another thread's capture
+        forbids it): call it before the capture begins.
+
+    Examples
+    --------
+    ```python
+    ng.prepare_matmul(stream=s)
+    with ng.capture(s) as cap:
+        ng.matmul_into(x, w, y, stream=s)     # cuBLAS, recorded
+    ```
+    """
+    return _blas.prepare(_launch.launch_handle(stream))

@@ -1,0 +1,623 @@
+"""matmul_into's two paths: cuBLAS through nvmath-python on the driver, the
+numba kernel elsewhere. Which one runs, and why; the cuBLAS product each
+layout is given, checked against NumPy by running it as cuBLAS reads memory;
+results of both paths, batches, views and transposes; captures, replays,
+remembered eager calls, threads; what a graph holding cuBLAS nodes refuses.
+
+The tests marked driver_only run cuBLAS itself: they need the CUDA driver
+and nvmath-python (``pip install numbagraph[blas]``)."""
+
+import subprocess
+import sys
+import threading
+import types
+import warnings
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph import _rebind, _registry
+from numbagraph.backend import active
+from numbagraph.ops import _blas, _launch, linalg
+
+from conftest import ON_SIMULATOR
+
+RNG = np.random.default_rng(7)
+
+
+def host(shape, dtype=np.float32, seed=None):
+    rng = RNG if seed is None else np.random.default_rng(seed)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def want(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def close(dtype):
+    return {2: dict(rtol=1e-2, atol=1e-2), 4: dict(rtol=1e-5, atol=1e-5),
+            8: dict(rtol=1e-12, atol=1e-12)}[np.dtype(dtype).itemsize]
+
+
+@pytest.fixture(autouse=True)
+def settings():
+    """Each test starts from the default settings and leaves them so."""
+    choice, tf32 = _blas.settings.choice, _blas.settings.tf32
+    _blas.settings.choice, _blas.settings.tf32 = "auto", False
+    yield
+    _blas.settings.choice, _blas.settings.tf32 = choice, tf32
+    _launch.forget_remembered()
+
+
+@pytest.fixture
+def library(monkeypatch):
+    """nvmath loaded afresh: the cache of the first load is set aside."""
+    monkeypatch.setattr(_blas, "_loaded", [])
+    monkeypatch.setattr(_blas, "_enums", [])
+    return monkeypatch
+
+
+@pytest.fixture
+def cublas(stream):
+    """cuBLAS on ``stream``, made ready from this thread (nvmath needed)."""
+    pytest.importorskip("nvmath")
+    assert ng.prepare_matmul(stream=stream) == "cublas"
+    return stream
+
+
+# ---------------------------------------------------------------- the layouts cuBLAS is given
+
+def _in_buffer(shape, strides, dtype, seed):
+    """A NumPy array of ``shape`` with element ``strides`` (possibly
+    negative), filled with values, inside a padded buffer of its own."""
+    itemsize = np.dtype(dtype).itemsize
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    size = high - low + 1
+    buffer = np.zeros(size + 64, dtype)
+    view = np.ndarray(shape, dtype, buffer=buffer, offset=(-low + 32) * itemsize,
+                      strides=tuple(s * itemsize for s in strides))
+    view[...] = host(shape, dtype, seed)
+    return buffer, view
+
+
+def _as_cublas_reads(buffer, view, offset, rows, cols, ld):
+    """The column-major (rows x cols) matrix cuBLAS reads at ``offset``
+    elements past ``view``'s first element, with leading dimension ``ld``;
+    NumPy refuses one reaching outside ``buffer``."""
+    itemsize = buffer.itemsize
+    start = view.__array_interface__["data"][0] - buffer.__array_interface__["data"][0]
+    return np.ndarray((rows, cols), buffer.dtype, buffer=buffer,
+                      offset=start + offset * itemsize, strides=(itemsize, ld * itemsize))
+
+
+def _run_as_cublas(gemm, operands):
+    """``gemm`` run as cuBLAS runs it, on the NumPy operands
+    ``[(buffer, view)]`` for a, b and out."""
+    (a_buf, a), (b_buf, b), (out_buf, out) = operands
+    first, second = ((b_buf, b), (a_buf, a)) if gemm.swap else ((a_buf, a), (b_buf, b))
+    for z in range(gemm.batches):
+        rows, cols = (gemm.k, gemm.m) if gemm.transa else (gemm.m, gemm.k)
+        op_a = _as_cublas_reads(*first, z * gemm.stride_a, rows, cols, gemm.lda)
+        rows, cols = (gemm.n, gemm.k) if gemm.transb else (gemm.k, gemm.n)
+        op_b = _as_cublas_reads(*second, z * gemm.stride_b, rows, cols, gemm.ldb)
+        c = _as_cublas_reads(out_buf, out, z * gemm.stride_c, gemm.m, gemm.n, gemm.ldc)
+        c[...] = (op_a.T if gemm.transa else op_a) @ (op_b.T if gemm.transb else op_b)
+
+
+M, K, N = 3, 4, 5
+# Element strides of a (rows, cols) matrix, by name; None where cuBLAS cannot
+# read the layout.
+LAYOUTS = {
+    "rows": lambda r, c: ((c, 1), True),
+    "columns": lambda r, c: ((1, r), True),                 # a transpose's layout
+    "padded rows": lambda r, c: ((c + 3, 1), True),         # a slice of wider rows
+    "padded columns": lambda r, c: ((1, r + 2), True),
+    "strided both": lambda r, c: ((2 * c, 2), False),       # x[:, ::2]
+    "reversed rows": lambda r, c: ((-c, 1), False),         # x[::-1]
+}
+
+
+@pytest.mark.parametrize("out_layout", ["rows", "columns", "padded rows", "strided both"])
+@pytest.mark.parametrize("b_layout", list(LAYOUTS))
+@pytest.mark.parametrize("a_layout", list(LAYOUTS))
+def test_the_cublas_product_of_each_layout_computes_a_at_b(a_layout, b_layout, out_layout):
+    operands, takes = [], True
+    for name, layout, (r, c) in (("a", a_layout, (M, K)), ("b", b_layout, (K, N)),
+                                 ("out", out_layout, (M, N))):
+        strides, ok = LAYOUTS[layout](r, c)
+        takes = takes and ok
+        operands.append(_in_buffer((r, c), strides, np.float64, seed=len(operands)))
+    (_, a), (_, b), (_, out) = operands
+    expected = a @ b
+    gemm = _blas.plan(a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, 8)
+    if not takes:
+        assert gemm is None
+        return
+    assert gemm is not None
+    _run_as_cublas(gemm, operands)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("a_batched, b_batched", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("out_layout", ["rows", "columns"])
+def test_a_batch_is_one_strided_batched_product(a_batched, b_batched, out_layout):
+    batches = 4
+    operands = []
+    for (r, c), batched, layout in (((M, K), a_batched, "columns"), ((K, N), b_batched, "rows"),
+                                    ((M, N), True, out_layout)):
+        (s0, s1), _ = LAYOUTS[layout](r, c)
+        shape, strides = (r, c), (s0, s1)
+        if batched:
+            shape, strides = (batches, r, c), (r * c + 7, s0, s1)
+        operands.append(_in_buffer(shape, strides, np.float64, seed=len(operands)))
+    (_, a), (_, b), (_, out) = operands
+    expected = np.matmul(a, b)
+    gemm = _blas.plan(a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, 8)
+    assert gemm.batches == batches
+    _run_as_cublas(gemm, operands)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape_a, strides_a", [((1, K), (99, 3)), ((M, 1), (5, 77))],
+                         ids=["one row, strided", "one column, strided"])
+def test_a_dimension_of_one_element_has_no_stride_that_matters(shape_a, strides_a):
+    k = shape_a[1]
+    operands = [_in_buffer(shape_a, strides_a, np.float64, 0),
+                _in_buffer((k, N), (N, 1), np.float64, 1),
+                _in_buffer((shape_a[0], N), (N, 1), np.float64, 2)]
+    (_, a), (_, b), (_, out) = operands
+    gemm = _blas.plan(a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, 8)
+    assert gemm is not None
+    _run_as_cublas(gemm, operands)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+
+
+def test_what_cublas_cannot_take_is_left_to_the_numba_kernel():
+    c = (K * 8, 8)
+    assert _blas.plan((M, 0), (0, 8), (0, N), (N * 8, 8), (M, N), (N * 8, 8), 8) is None  # K 0
+    assert _blas.plan((M, K), (K * 8 + 4, 8), (K, N), (N * 8, 8), (M, N), (N * 8, 8), 8) is None
+    big = 2**31
+    assert _blas.plan((big, K), c, (K, N), (N * 8, 8), (big, N), (N * 8, 8), 8) is None
+    # A batch stepping backwards.
+    assert _blas.plan((2, M, K), (-M * K * 8, *c), (K, N), (N * 8, 8), (2, M, N),
+                      (M * N * 8, N * 8, 8), 8) is None
+
+
+# ---------------------------------------------------------------- which path runs
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="the simulator runs the numba kernel only")
+def test_the_simulator_runs_the_numba_kernel_and_refuses_cublas_by_name(stream):
+    assert ng.matmul_backend() == "numba"
+    assert _blas.unavailable() == (
+        "cuBLAS runs only on the CUDA driver, and numbagraph runs on Numba's CUDA "
+        "simulator here")
+    with pytest.raises(ng.OpError, match="only on the CUDA driver"):
+        ng.set_matmul_backend("cublas")
+    assert _blas.settings.choice == "auto"
+    assert ng.prepare_matmul(stream=stream) == "numba"
+
+
+def test_import_numbagraph_does_not_import_nvmath():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, numbagraph; print('nvmath' in sys.modules)"],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_without_nvmath_matmul_runs_the_numba_kernel_and_cublas_by_name_says_what_to_install(
+        library, stream):
+    library.setattr(active, "LIBRARY_KERNELS", True)
+    library.setitem(sys.modules, "nvmath", None)     # import nvmath fails
+    assert ng.matmul_backend() == "numba"
+    with pytest.raises(ng.OpError, match=r"pip install numbagraph\[blas\]"):
+        ng.set_matmul_backend("cublas")
+    assert _blas.settings.choice == "auto"
+    a, b = host((M, K)), host((K, N))
+    out = ng.empty((M, N), np.float32)
+    ng.matmul_into(cuda.to_device(a), cuda.to_device(b), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b), **close(np.float32))
+
+
+def test_a_libcublas_that_does_not_load_is_named_with_the_loader_s_error(library):
+    library.setattr(active, "LIBRARY_KERNELS", True)
+
+    def get_property(kind):
+        raise RuntimeError("libcublas.so.13: cannot open shared object file")
+
+    cublas = types.ModuleType("nvmath.bindings.cublas")
+    cublas.get_property = get_property
+    bindings = types.ModuleType("nvmath.bindings")
+    bindings.cublas = cublas
+    nvmath = types.ModuleType("nvmath")
+    nvmath.bindings = bindings
+    for name, module in (("nvmath", nvmath), ("nvmath.bindings", bindings),
+                         ("nvmath.bindings.cublas", cublas)):
+        library.setitem(sys.modules, name, module)
+    assert ng.matmul_backend() == "numba"
+    with pytest.raises(ng.OpError, match="could not load libcublas.*cannot open shared object"):
+        ng.set_matmul_backend("cublas")
+
+
+def test_settings_are_checked_and_return_what_they_replace():
+    with pytest.raises(ValueError, match="'auto', 'cublas', 'numba'"):
+        ng.set_matmul_backend("cutlass")
+    assert ng.set_matmul_backend("numba") == "auto"
+    assert ng.matmul_backend() == "numba"
+    assert ng.set_matmul_backend("auto") == "numba"
+    with pytest.raises(TypeError, match="True or False"):
+        ng.set_tf32(1)
+    assert ng.set_tf32(True) is False
+    assert ng.set_tf32(False) is True
+
+
+def test_a_remembered_call_is_checked_again_once_a_setting_changes(stream, monkeypatch):
+    asked = []
+    enabled = _blas.enabled
+    monkeypatch.setattr(_blas, "enabled", lambda: asked.append(1) or enabled())
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    for _ in range(4):
+        ng.matmul_into(a, b, out, stream=stream)
+    # Checked twice (once, then remembered as it ran); then repeated as remembered.
+    assert len(asked) == 2
+    ng.set_tf32(False)
+    ng.matmul_into(a, b, out, stream=stream)
+    assert len(asked) == 3
+
+
+# ---------------------------------------------------------------- results, either path
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("m, k, n", [(5, 7, 6), (1, 33, 17), (40, 3, 1), (3, 1, 2)], ids=str)
+def test_matmul_matches_numpy(stream, dtype, m, k, n):
+    a, b = host((m, k), dtype), host((k, n), dtype)
+    out = ng.empty((m, n), dtype)
+    ng.matmul_into(cuda.to_device(a), cuda.to_device(b), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b), **close(dtype))
+
+
+def test_views_and_transposes_are_read_where_they_lie(stream):
+    a_t = cuda.to_device(host((K, M)))              # a is its transpose
+    wide = cuda.to_device(host((K, 2 * N + 1)))
+    out_t = ng.zeros((N, M), np.float32)
+    a, b, out = a_t.T, wide[:, 1::2], out_t.T        # columns, strided both, columns
+    ng.matmul_into(a, b, out, stream=stream)
+    expected = want(a_t.copy_to_host().T, wide.copy_to_host()[:, 1::2])
+    np.testing.assert_allclose(out_t.copy_to_host(stream=stream).T, expected,
+                               **close(np.float32))
+    padded = cuda.to_device(host((M, K + 3)))
+    ng.matmul_into(padded[:, :K], wide[:, :N], out, stream=stream)
+    expected = want(padded.copy_to_host()[:, :K], wide.copy_to_host()[:, :N])
+    np.testing.assert_allclose(out_t.copy_to_host(stream=stream).T, expected,
+                               **close(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=str)
+@pytest.mark.parametrize("a_batched, b_batched", [(True, True), (True, False), (False, True)])
+def test_a_batch_of_products_matches_numpy(stream, dtype, a_batched, b_batched):
+    a = host((4, M, K) if a_batched else (M, K), dtype)
+    b = host((4, K, N) if b_batched else (K, N), dtype)
+    out = ng.empty((4, M, N), dtype)
+    ng.matmul_into(cuda.to_device(a), cuda.to_device(b), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b), **close(dtype))
+
+
+def test_an_empty_inner_dimension_gives_zeros(stream):
+    out = ng.empty((M, N), np.float32)
+    ng.fill_into(out, 5.0, stream=stream)
+    ng.matmul_into(ng.empty((M, 0), np.float32), ng.empty((0, N), np.float32), out,
+                   stream=stream)
+    np.testing.assert_array_equal(out.copy_to_host(stream=stream), 0.0)
+
+
+class _Overlapping:
+    """A device array's memory as (M, N) with every row at the same place."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        interface = dict(active.array_interface(dev))
+        interface.update(shape=(M, N), strides=(0, dev.dtype.itemsize))
+        self.__cuda_array_interface__ = interface
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: (ng.empty((2, M, K), np.float32), ng.empty((3, K, N), np.float32),
+                  ng.empty((2, M, N), np.float32)), "do not fit"),
+        (lambda: (ng.empty((2, M, K), np.float32), ng.empty((K, N), np.float32),
+                  ng.empty((M, N), np.float32)), "do not fit"),
+        (lambda: (ng.empty((M, K), np.float32), ng.empty((K, N), np.float32),
+                  ng.empty((2, M, N), np.float32)), "do not fit"),
+        (lambda: (ng.empty((M, K), np.int32), ng.empty((K, N), np.int32),
+                  ng.empty((M, N), np.int32)), "int32"),
+        (lambda: (ng.empty((1, 1, M, K), np.float32), ng.empty((K, N), np.float32),
+                  ng.empty((M, N), np.float32)), "2-D or 3-D"),
+        (lambda: (ng.empty((M, K), np.float32), ng.empty((K, N), np.float32),
+                  _Overlapping(ng.empty(N, np.float32))), "share memory"),
+    ],
+    ids=["batches differ", "3-D into 2-D", "2-D into 3-D", "int32", "4-D", "out overlaps itself"],
+)
+def test_bad_calls_are_refused_before_anything_runs(stream, make, message):
+    a, b, out = make()
+    with pytest.raises(ng.OpError, match=message):
+        ng.matmul_into(a, b, out, stream=stream)
+
+
+def test_an_output_overlapping_a_strided_input_is_refused(stream):
+    x = ng.zeros((M, 2 * M), np.float32, stream=stream)
+    with pytest.raises(ng.OpError, match="overlaps a"):
+        ng.matmul_into(x[:, ::2], ng.zeros((M, M), np.float32, stream=stream), x[:, 1::2],
+                       stream=stream)
+
+
+# ---------------------------------------------------------------- captures, either path
+
+def test_a_captured_product_replays_on_new_inputs(stream):
+    a, b = host((M, K), seed=1), host((K, N), seed=2)
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(b)
+    out = ng.empty((M, N), np.float32)
+    ng.matmul_into(a_dev, b_dev, out, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+    for step in range(3):
+        a = host((M, K), seed=10 + step)
+        a_dev.copy_to_device(a, stream=stream)
+        cap.graph.launch()
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b),
+                                   **close(np.float32))
+
+
+def test_a_layout_cublas_cannot_take_records_the_numba_kernel(stream):
+    wide = cuda.to_device(host((K, 2 * N)))
+    a = cuda.to_device(host((M, K)))
+    out = ng.empty((M, N), np.float32)
+    ng.prepare_matmul(stream=stream)
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a, wide[:, ::2], out, stream=stream)
+    assert [(n.kind, n.name) for n in cap.graph.nodes] == [("kernel", "matmul_tiles")]
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream),
+                               want(a.copy_to_host(), wide.copy_to_host()[:, ::2]),
+                               **close(np.float32))
+
+
+def test_a_graph_whose_nodes_cannot_move_an_array_refuses_to_rebind_it(stream):
+    """The rule cuBLAS's nodes follow (Fixed), on nodes of the numba kernel."""
+    ng.set_matmul_backend("numba")
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    other = cuda.to_device(host((M, K)))
+    out = ng.empty((M, N), np.float32)
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a, b, out, stream=stream)
+        _registry.on(active.stream_handle(stream)).keep(
+            _rebind.Fixed("library product", (a,), "Capture again."))
+    with pytest.raises(ng.RebindError, match="library product uses this array.*Capture again"):
+        cap.graph.rebind({a: other})
+    cap.graph.rebind({b: cuda.to_device(host((K, N)))})     # b is not fixed
+
+
+def test_a_graphed_function_captures_again_for_arrays_its_graph_cannot_move(stream):
+    ng.set_matmul_backend("numba")
+
+    def step(a, b, out):
+        ng.matmul_into(a, b, out, stream=stream)
+        session = _registry.on(active.stream_handle(stream))
+        if session is not None:
+            session.keep(_rebind.Fixed("library product", (a,), "Capture again."))
+
+    graphed = ng.graphed(step, stream=stream, warmup=0)
+    b = cuda.to_device(host((K, N), seed=3))
+    out = ng.empty((M, N), np.float32)
+    inputs = [host((M, K), seed=s) for s in range(3)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for a in inputs:
+            graphed(cuda.to_device(a), b, out)
+            np.testing.assert_allclose(out.copy_to_host(stream=stream),
+                                       want(a, b.copy_to_host()), **close(np.float32))
+    assert graphed.cache_info().captures == 3
+    assert sum(issubclass(w.category, ng.GraphedWarning) for w in caught) == 1
+
+
+# ---------------------------------------------------------------- cuBLAS itself (driver)
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_the_driver_with_nvmath_calls_cublas(cublas):
+    assert ng.matmul_backend() == "cublas"
+    assert ng.set_matmul_backend("cublas") == "auto"
+    assert ng.matmul_backend() == "cublas"
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_cublas_float32_is_float32_unless_tf32_is_allowed(cublas):
+    n = 512
+    a, b = host((n, n), seed=1), host((n, n), seed=2)
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(b)
+    out = ng.empty((n, n), np.float32)
+    exact = want(a, b)
+    ng.matmul_into(a_dev, b_dev, out, stream=cublas)
+    plain = np.abs(out.copy_to_host(stream=cublas) - exact).max()
+    assert plain < 5e-4
+    ng.set_tf32(True)
+    ng.matmul_into(a_dev, b_dev, out, stream=cublas)
+    tf32 = np.abs(out.copy_to_host(stream=cublas) - exact).max()
+    # TF32 keeps 10 bits of mantissa: a 512-term sum is off by about 1e-2.
+    assert tf32 < 0.1
+    assert tf32 > 10 * plain
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_a_captured_cublas_product_is_cublas_kernel_nodes_replayed_on_new_inputs(cublas):
+    stream = cublas
+    b = host((64, 48), np.float16, seed=2)
+    a_dev, b_dev = cuda.to_device(host((32, 64), np.float16)), cuda.to_device(b)
+    out = ng.empty((32, 48), np.float16)
+    z, doubled = cuda.to_device(host(8, seed=3)), ng.empty(8, np.float32)
+    ng.matmul_into(a_dev, b_dev, out, stream=stream)
+    ng.mul_into(z, 2.0, doubled, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+        ng.mul_into(z, 2.0, doubled, stream=stream)
+    nodes = cap.graph.nodes
+    kernels = [n.name for n in nodes if n.kind == "kernel"]
+    assert len(kernels) >= 2 and kernels[-1] is not None
+    assert set(kernels[:-1]) == {None}      # cuBLAS's: no Python kernel runs them
+    assert cap.graph.memory_bytes == 0      # its workspace was made outside the capture
+    for step in range(5):
+        a = host((32, 64), np.float16, seed=20 + step)
+        a_dev.copy_to_device(a, stream=stream)
+        cap.graph.launch()
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b),
+                                   **close(np.float16))
+    with pytest.raises(ng.RebindError, match="cuBLAS matrix product"):
+        cap.graph.rebind({a_dev: cuda.to_device(host((32, 64), np.float16))})
+    # Arrays cuBLAS does not use rebind as ever.
+    z_new = host(8, seed=4)
+    cap.graph.rebind({z: cuda.to_device(z_new)})
+    cap.graph.launch()
+    np.testing.assert_array_equal(doubled.copy_to_host(stream=stream), 2 * z_new)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b), **close(np.float16))
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_a_remembered_eager_cublas_call_repeats_with_the_arrays_current_values(cublas):
+    stream = cublas
+    b = host((K, N), seed=2)
+    a_dev, b_dev = cuda.to_device(host((M, K))), cuda.to_device(b)
+    out = ng.empty((M, N), np.float32)
+    for step in range(5):
+        a = host((M, K), seed=30 + step)
+        a_dev.copy_to_device(a, stream=stream)
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b),
+                                   **close(np.float32))
+    assert any(id(a_dev) in key for key in _launch._seen.remembered)
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_threads_each_with_a_stream_call_cublas_at_once(cublas):
+    errors = []
+
+    def work(seed):
+        try:
+            s = cuda.stream()
+            a, b = host((64, 96), seed=seed), host((96, 80), seed=seed + 1)
+            a_dev, b_dev = cuda.to_device(a, stream=s), cuda.to_device(b, stream=s)
+            out = ng.empty((64, 80), np.float32)
+            for _ in range(50):
+                ng.matmul_into(a_dev, b_dev, out, stream=s)
+            np.testing.assert_allclose(out.copy_to_host(stream=s), want(a, b),
+                                       **close(np.float32))
+        except BaseException as exc:  # noqa: BLE001  reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(10 * i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_cublas_in_a_loop_body_repeats_with_the_loop(cublas):
+    stream = cublas
+    w = (0.5 * np.eye(16) + 0.01 * host((16, 16), np.float64, seed=4)).astype(np.float32)
+    x0 = host((4, 16), seed=5)
+    x, w_dev = cuda.to_device(x0), cuda.to_device(w)
+    y = ng.empty((4, 16), np.float32)
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=stream)
+    ng.matmul_into(x, w_dev, y, stream=stream)   # eagerly: a spare workspace for the capture
+    with ng.capture(stream) as cap:
+        pos.update(0)
+        with ng.repeat(pos, until=3):
+            ng.matmul_into(x, w_dev, y, stream=stream)
+            ng.copy_into(y, x, stream=stream)
+    cap.graph.launch()
+    expected = x0.astype(np.float64) @ np.linalg.matrix_power(w.astype(np.float64), 3)
+    np.testing.assert_allclose(x.copy_to_host(stream=stream), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_a_capture_without_a_spare_workspace_allocates_one_in_its_graph(cublas, monkeypatch):
+    stream = cublas
+    monkeypatch.setattr(_blas, "_spare_workspaces", {})
+    a, b = host((M, K)), host((K, N))
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(b)
+    out = ng.empty((M, N), np.float32)
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+    assert cap.graph.memory_bytes > 0
+    assert [n.kind for n in cap.graph.nodes if n.kind == "memory"] == ["memory", "memory"]
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b), **close(np.float32))
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_a_thread_s_first_call_inside_a_capture_records_the_numba_kernel_or_refuses(
+        cublas, monkeypatch):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    ng.set_matmul_backend("numba")
+    ng.matmul_into(a, b, ng.empty((M, N), np.float32), stream=cublas)   # compiled beforehand
+    ng.set_matmul_backend("auto")
+    monkeypatch.setattr(_blas, "_spare_handles", {})
+    found = {}
+
+    def first_call():
+        try:
+            s = cuda.stream()
+            out = ng.empty((M, N), np.float32)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with ng.capture(s) as cap:
+                    ng.matmul_into(a, b, out, stream=s)
+            found["warned"] = [str(w.message) for w in caught
+                               if issubclass(w.category, ng.CaptureWarning)]
+            found["nodes"] = [n.name for n in cap.graph.nodes]
+            ng.set_matmul_backend("cublas")
+            with ng.capture(s):
+                try:
+                    ng.matmul_into(a, b, out, stream=s)
+                except ng.OpError as exc:
+                    found["refused"] = str(exc)
+                ng.fill_into(out, 0.0, stream=s)    # the capture goes on
+        except BaseException as exc:  # noqa: BLE001  reported by the main thread
+            found["error"] = exc
+
+    thread = threading.Thread(target=first_call)
+    thread.start()
+    thread.join()
+    assert "error" not in found, found["error"]
+    assert any("prepare_matmul" in w for w in found["warned"])
+    assert found["nodes"] == ["matmul_tiles"]
+    assert "no cuBLAS handle" in found["refused"]
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_prepare_matmul_inside_a_capture_is_refused(cublas):
+    with ng.capture(cublas):
+        with pytest.raises(ng.OpError, match="before the capture begins"):
+            ng.prepare_matmul(stream=cublas)
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+def test_a_graphed_function_with_cublas_captures_again_for_other_arrays(cublas):
+    stream = cublas
+
+    def step(a, b, out):
+        ng.matmul_into(a, b, out, stream=stream)
+
+    graphed = ng.graphed(step, stream=stream, warmup=1)
+    b = cuda.to_device(host((K, N), seed=3))
+    out = ng.empty((M, N), np.float32)
+    with pytest.warns(ng.GraphedWarning, match="captures the function again"):
+        for seed in range(4):
+            a = host((M, K), seed=seed)
+            graphed(cuda.to_device(a), b, out)
+            np.testing.assert_allclose(out.copy_to_host(stream=stream),
+                                       want(a, b.copy_to_host()), **close(np.float32))
