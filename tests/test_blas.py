@@ -5,7 +5,10 @@ results of both paths, batches, views and transposes; captures, replays,
 remembered eager calls, threads; what a graph holding cuBLAS nodes refuses.
 
 The tests marked driver_only run cuBLAS itself: they need the CUDA driver
-and nvmath-python (``pip install numbagraph[blas]``)."""
+and nvmath-python (``pip install numbagraph[blas]``). On the simulator, the
+cuBLAS path runs with a stand-in for nvmath's cuBLAS that computes as cuBLAS
+does on the simulator's memory: the handles, workspaces, arguments and
+capture bookkeeping are numbagraph's own, checked on both backends."""
 
 import subprocess
 import sys
@@ -621,3 +624,281 @@ def test_a_graphed_function_with_cublas_captures_again_for_other_arrays(cublas):
             graphed(cuda.to_device(a), b, out)
             np.testing.assert_allclose(out.copy_to_host(stream=stream),
                                        want(a, b.copy_to_host()), **close(np.float32))
+
+
+# ---------------------------------------------------------------- the cuBLAS path, simulated
+
+class _StandInCublas(types.ModuleType):
+    """nvmath.bindings.cublas as the simulator can run it: each call does what
+    cuBLAS documents, on the simulator's device memory (host memory, so the
+    pointers given can be read), and is logged."""
+
+    class cuBLASError(Exception):
+        pass
+
+    class Operation:
+        N, T = 0, 1
+
+    class ComputeType:
+        COMPUTE_32F, COMPUTE_64F, COMPUTE_32F_FAST_TF32 = 68, 70, 77
+
+    class GemmAlgo:
+        DEFAULT = -1
+
+    class Math:
+        DEFAULT_MATH, DISALLOW_REDUCED_PRECISION_REDUCTION = 0, 16
+
+    TYPES = {2: np.float16, 0: np.float32, 1: np.float64}
+
+    def __init__(self):
+        super().__init__("nvmath.bindings.cublas")
+        self.log = []
+        self.handles = 0
+
+    def get_property(self, kind):
+        return (13, 0, 0)[kind]
+
+    def create(self):
+        self.handles += 1
+        self.log.append(("create", self.handles))
+        return 1000 + self.handles
+
+    def set_math_mode(self, handle, mode):
+        self.log.append(("math", handle, mode))
+
+    def set_stream(self, handle, stream):
+        self.log.append(("stream", handle, stream))
+
+    def set_workspace(self, handle, pointer, nbytes):
+        assert pointer % 256 == 0 and nbytes >= 16 * 1024
+        self.log.append(("workspace", handle, pointer, nbytes))
+
+    @staticmethod
+    def _matrix(pointer, dtype, rows, cols, ld):
+        """The column-major (rows x cols) matrix at ``pointer``, as cuBLAS reads it."""
+        import ctypes
+
+        itemsize = np.dtype(dtype).itemsize
+        assert ld >= max(1, rows), (ld, rows)
+        count = (cols - 1) * ld + rows
+        memory = (ctypes.c_char * (count * itemsize)).from_address(pointer)
+        flat = np.frombuffer(memory, dtype)
+        return np.lib.stride_tricks.as_strided(flat, (rows, cols), (itemsize, ld * itemsize))
+
+    def _product(self, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta,
+                 c, ctype, ldc, compute):
+        dtype = self.TYPES[atype]
+        assert atype == btype == ctype
+        scale = np.float64 if compute == self.ComputeType.COMPUTE_64F else np.float32
+        assert self._matrix(alpha, scale, 1, 1, 1)[0, 0] == 1
+        assert self._matrix(beta, scale, 1, 1, 1)[0, 0] == 0
+        op_a = self._matrix(a, dtype, *((k, m) if transa else (m, k)), lda)
+        op_b = self._matrix(b, dtype, *((n, k) if transb else (k, n)), ldb)
+        out = self._matrix(c, dtype, m, n, ldc)
+        out[...] = ((op_a.T if transa else op_a).astype(np.float64)
+                    @ (op_b.T if transb else op_b).astype(np.float64))
+
+    def gemm_ex(self, handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb,
+                beta, c, ctype, ldc, compute, algo):
+        self.log.append(("gemm", handle, compute, 1))
+        self._product(transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c,
+                      ctype, ldc, compute)
+
+    def gemm_strided_batched_ex(self, handle, transa, transb, m, n, k, alpha, a, atype, lda,
+                                stride_a, b, btype, ldb, stride_b, beta, c, ctype, ldc,
+                                stride_c, batches, compute, algo):
+        self.log.append(("gemm", handle, compute, batches))
+        size = np.dtype(self.TYPES[atype]).itemsize
+        for z in range(batches):
+            self._product(transa, transb, m, n, k, alpha, a + z * stride_a * size, atype, lda,
+                          b + z * stride_b * size, btype, ldb, beta, c + z * stride_c * size,
+                          ctype, ldc, compute)
+
+    def gemms(self):
+        return [entry for entry in self.log if entry[0] == "gemm"]
+
+
+@pytest.fixture
+def standin(library):
+    """On the simulator: matmul_into's cuBLAS path, with nvmath's cuBLAS
+    replaced by a stand-in computing as cuBLAS does; every handle, spare and
+    workspace made afresh."""
+    if not ON_SIMULATOR:
+        pytest.skip("the CUDA driver runs cuBLAS itself (the tests above)")
+    cublas = _StandInCublas()
+    bindings = types.ModuleType("nvmath.bindings")
+    bindings.cublas = cublas
+    nvmath = types.ModuleType("nvmath")
+    nvmath.bindings = bindings
+    nvmath.CudaDataType = types.SimpleNamespace(CUDA_R_16F=2, CUDA_R_32F=0, CUDA_R_64F=1)
+    for name, module in (("nvmath", nvmath), ("nvmath.bindings", bindings),
+                         ("nvmath.bindings.cublas", cublas)):
+        library.setitem(sys.modules, name, module)
+    library.setattr(active, "LIBRARY_KERNELS", True)
+    library.setattr(_blas, "_local", threading.local())
+    for name in ("_spare_handles", "_spare_workspaces", "_sizes"):
+        library.setattr(_blas, name, {})
+    library.setattr(_blas, "_eager", type(_blas._eager)())
+    _launch.forget_remembered()
+    yield cublas
+    _launch.forget_remembered()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+def test_the_cublas_path_computes_every_layout_and_batch(standin, stream, dtype):
+    assert ng.matmul_backend() == "cublas"
+    a_t = cuda.to_device(host((K, M), dtype))
+    wide = cuda.to_device(host((K, 2 * N + 3), dtype))
+    batch = cuda.to_device(host((3, M, K), dtype))
+    out_t = ng.zeros((N, M), dtype)
+    out3 = ng.zeros((3, M, N), dtype)
+    cases = [(a_t.T, wide[:, :N], out_t.T), (batch, wide[:, 3:3 + N], out3)]
+    for a, b, out in cases:
+        ng.matmul_into(a, b, out, stream=stream)
+        expected = want(a.copy_to_host(), b.copy_to_host())
+        np.testing.assert_allclose(out.copy_to_host(), expected, **close(dtype))
+    assert [batches for *_, batches in standin.gemms()] == [1, 3]
+    # A layout cuBLAS does not take runs the numba kernel, and is right too.
+    out = ng.zeros((M, N), dtype)
+    ng.matmul_into(a_t.T, wide[:, ::2][:, :N], out, stream=stream)
+    assert len(standin.gemms()) == 2
+    np.testing.assert_allclose(out.copy_to_host(),
+                               want(a_t.copy_to_host().T, wide.copy_to_host()[:, ::2][:, :N]),
+                               **close(dtype))
+
+
+def test_the_cublas_path_computes_float32_in_float32_unless_tf32_is_allowed(standin, stream):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    ng.matmul_into(a, b, out, stream=stream)
+    ng.set_tf32(True)
+    ng.matmul_into(a, b, out, stream=stream)
+    ng.matmul_into(cuda.to_device(host((M, K), np.float16)),
+                   cuda.to_device(host((K, N), np.float16)), ng.empty((M, N), np.float16),
+                   stream=stream)
+    ng.matmul_into(cuda.to_device(host((M, K), np.float64)),
+                   cuda.to_device(host((K, N), np.float64)), ng.empty((M, N), np.float64),
+                   stream=stream)
+    assert [compute for _, _, compute, _ in standin.gemms()] == [68, 77, 68, 70]
+    # Reductions in float32 for float16 too.
+    assert {entry[2] for entry in standin.log if entry[0] == "math"} == {16}
+
+
+def test_one_handle_per_thread_set_to_each_stream_with_its_workspace(standin, stream,
+                                                                    other_stream):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    ng.matmul_into(a, b, out, stream=stream)
+    ng.matmul_into(a, b, out, stream=stream)
+    ng.matmul_into(a, b, out, stream=other_stream)
+    made = [entry for entry in standin.log if entry[0] == "create"]
+    assert len(made) == 2                         # this thread's, and a spare
+    settings = [entry for entry in standin.log if entry[0] in ("stream", "workspace")]
+    # Set once per change of stream, the workspace after the stream (which
+    # resets it), a workspace of each stream's own.
+    assert [entry[0] for entry in settings] == ["stream", "workspace"] * 2
+    assert settings[0][2] != settings[2][2] and settings[1][2] != settings[3][2]
+
+    handles = []
+
+    def other_thread():
+        ng.matmul_into(a, b, ng.empty((M, N), np.float32), stream=cuda.stream())
+        handles.append(standin.gemms()[-1][1])
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    mine = standin.gemms()[0][1]
+    assert handles and handles[0] != mine         # the spare, not this thread's
+
+
+def test_a_remembered_call_repeats_the_cublas_call(standin, stream):
+    b = host((K, N), seed=2)
+    a_dev, b_dev = cuda.to_device(host((M, K))), cuda.to_device(b)
+    out = ng.empty((M, N), np.float32)
+    for step in range(4):
+        a = host((M, K), seed=40 + step)
+        a_dev.copy_to_device(a, stream=stream)
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want(a, b),
+                                   **close(np.float32))
+    assert len(standin.gemms()) == 4
+    assert any(id(a_dev) in key for key in _launch._seen.remembered)
+
+
+def test_a_capture_gives_its_graph_a_workspace_of_its_own_and_keeps_it(standin, stream):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    assert ng.prepare_matmul(stream=stream) == "cublas"
+    spare = _blas._spare_workspaces[0][-1]
+    eager = _blas._eager[(_registry.key_of(active.stream_handle(stream)), 0)]
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a, b, out, stream=stream)
+        ng.matmul_into(a, b, out, stream=stream)
+    used = [entry[2] for entry in standin.log if entry[0] == "workspace"]
+    assert used == [spare.pointer]                # the spare, once, not the eager one
+    assert spare.pointer != eager.pointer
+    kept = cap.graph._res.keepalive
+    assert spare in kept
+    assert sum(type(entry) is _rebind.Fixed for entry in kept) == 2
+    assert not _blas._spare_workspaces[0]         # taken; made again outside a capture
+    ng.matmul_into(a, b, out, stream=stream)
+    assert len(_blas._spare_workspaces[0]) == 1
+    with pytest.raises(ng.RebindError, match="cuBLAS matrix product"):
+        cap.graph.rebind({b: cuda.to_device(host((K, N)))})
+
+
+def test_a_capture_without_a_spare_allocates_the_workspace_in_its_graph(standin, stream):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    ng.prepare_matmul(stream=stream)
+    _blas._spare_workspaces[0].clear()
+    with ng.capture(stream) as cap:
+        ng.matmul_into(a, b, out, stream=stream)
+    assert cap.graph.memory_bytes >= 8 * 2**20
+    assert [(n.kind, n.action) for n in cap.graph.nodes] == [("memory", "alloc"),
+                                                             ("memory", "free")]
+
+
+def test_a_conditional_body_without_a_workspace_records_the_numba_kernel(standin, stream):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    out = ng.empty((M, N), np.float32)
+    ng.set_matmul_backend("numba")
+    ng.matmul_into(a, b, out, stream=stream)       # compiled beforehand
+    ng.set_matmul_backend("auto")
+    ng.prepare_matmul(stream=stream)
+    _blas._spare_workspaces[0].clear()
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=stream)
+    with pytest.warns(ng.CaptureWarning, match="conditional|while"):
+        with ng.capture(stream) as cap:
+            with ng.repeat(pos, until=2):
+                ng.matmul_into(a, b, out, stream=stream)
+    (loop,) = [n for n in cap.graph.nodes if n.kind == "conditional"]
+    assert "matmul_tiles" in [n.name for n in loop.body if n.kind == "kernel"]
+    assert not standin.gemms()
+
+
+def test_a_thread_s_first_call_inside_a_capture_warns_or_refuses(standin):
+    a, b = cuda.to_device(host((M, K))), cuda.to_device(host((K, N)))
+    ng.set_matmul_backend("numba")
+    ng.matmul_into(a, b, ng.empty((M, N), np.float32), stream=cuda.stream())
+    ng.set_matmul_backend("auto")
+    s = cuda.stream()
+    out = ng.empty((M, N), np.float32)
+    with pytest.warns(ng.CaptureWarning, match="no cuBLAS handle.*prepare_matmul"):
+        with ng.capture(s) as cap:
+            ng.matmul_into(a, b, out, stream=s)
+    assert [n.name for n in cap.graph.nodes] == ["matmul_tiles"]
+    ng.set_matmul_backend("cublas")
+    with ng.capture(s) as cap:
+        with pytest.raises(ng.OpError, match="no cuBLAS handle.*Nothing was launched"):
+            ng.matmul_into(a, b, out, stream=s)
+        ng.fill_into(out, 1.0, stream=s)           # the capture goes on
+    assert not standin.gemms()
+    with pytest.raises(ng.OpError, match="before the capture begins"):
+        with ng.capture(s):
+            ng.prepare_matmul(stream=s)
+    assert ng.prepare_matmul(stream=s) == "cublas"
+    with ng.capture(s) as cap:
+        ng.matmul_into(a, b, out, stream=s)
+    assert len(standin.gemms()) == 1
