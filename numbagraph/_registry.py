@@ -80,7 +80,9 @@ class Session:
         # The cuBLAS workspaces its graph owns, by capture key of the stream
         # that uses each (numbagraph.ops._blas); made at its first cuBLAS call.
         self.blas: dict | None = None
-        self._joins_legacy: bool | None = None
+        # Asked before the capture begins: asked of a capturing stream, the
+        # driver would invalidate its capture.
+        self._joins_legacy: bool | None = _backend.joins_legacy_stream(handle)
         # Holds numba's frees until released by ended(): a free during a
         # capture would break it.
         self.recording = _backend.Recording(handle, mode)
@@ -88,8 +90,7 @@ class Session:
     @property
     def joins_legacy(self) -> bool:
         """Whether work on the legacy default stream waits on this stream,
-        and so would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT).
-        Asked of the driver when first needed, not at every begin."""
+        and so would join the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)."""
         if self._joins_legacy is None:
             self._joins_legacy = _backend.joins_legacy_stream(self.handle)
         return self._joins_legacy

@@ -26,7 +26,8 @@ from ._streams import stream_handle  # noqa: F401  (a backend member)
 from ..errors import GraphClosedError
 from ._arguments import checked_types
 from .driver_base import (
-    CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, DriverError, capture_status, check,
+    CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, CAPTURE_NONE, DriverError,
+    capture_status, check,
 )
 from .driver_rebind import NodeIndex, graph_nodes
 from .driver_streams import join_forks
@@ -347,11 +348,26 @@ def frees_wait_for_device() -> bool:
 
 def joins_legacy_stream(handle: int) -> bool:
     """Whether work on the legacy default stream waits on this stream (it
-    was not created non-blocking)."""
+    was not created non-blocking).
+
+    The driver invalidates a capture whose stream is asked for its flags, so
+    a capturing stream is answered from what was seen of it before it
+    captured, or as blocking (the answer that refuses more) if nothing was."""
+    err, status = cu.cuStreamIsCapturing(cu.CUstream(handle))
+    if err != cu.CUresult.CUDA_SUCCESS or status != CAPTURE_NONE:
+        return _blocking.get(handle, True)
     err, flags = cu.cuStreamGetFlags(cu.CUstream(handle))
     if err != cu.CUresult.CUDA_SUCCESS:
         return True
-    return not int(flags) & _NON_BLOCKING
+    blocking = not int(flags) & _NON_BLOCKING
+    if len(_blocking) > 4096:
+        _blocking.clear()
+    _blocking[handle] = blocking
+    return blocking
+
+
+# handle -> whether the stream was blocking when last asked outside a capture.
+_blocking: dict[int, bool] = {}
 
 
 # numba's Context per CUDA context handle, looked up once: capture begins and
