@@ -46,12 +46,21 @@ def _check_memory(dev: Any, obj: Any) -> None:
     """Refuse a foreign array whose pointer is not memory CUDA knows, or
     whose extent runs past its allocation: a kernel given it would fault
     with an illegal address, which ends the process's CUDA context."""
-    nbytes = dev.size * dev.dtype.itemsize
-    if nbytes == 0:
+    if dev.size == 0:
         return
-    ptr = dev.device_ctypes_pointer.value or 0
+    # The bytes the elements span, from the lowest to the highest: strides
+    # of 0 (broadcasts) and below 0 read less, or before the pointer.
+    low = high = 0
+    for extent, stride in zip(dev.shape, dev.strides):
+        if stride > 0:
+            high += (extent - 1) * stride
+        else:
+            low += (extent - 1) * stride
+    nbytes = high - low + dev.dtype.itemsize
+    base = dev.device_ctypes_pointer.value or 0
+    ptr = base + low
     name = type(obj).__name__
-    if not ptr:
+    if not base:
         raise OpError(
             f"a {name}'s __cuda_array_interface__ gives a NULL data pointer for "
             f"{nbytes} bytes; pass an array whose memory is allocated"

@@ -237,7 +237,7 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     --------
     ```python
     ng.matmul_into(p, v_cache, attn, stream=s)    # (1, T) @ (T, D) -> (1, D)
-    ng.matmul_into(x, w.T, y, stream=s)           # a transposed view: no copy
+    ng.matmul_into(x, w_t.T, y, stream=s)   # w_t.T a view (CuPy, PyTorch): no copy
     ```
     """
     launch_on = _launch.launch_handle(stream)
