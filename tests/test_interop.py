@@ -291,10 +291,11 @@ def test_an_eager_launch_ordered_after_a_capturing_stream_is_refused(
 # ---------------------------------------------------------------- another library's capture
 
 @pytest.fixture
-def foreign_capture(stream):
+def foreign_capture(stream, arrays):
     """A capture on ``stream`` begun outside numbagraph (the backend's own
-    recording, as another library begins one); yields a function that ends
-    it and returns its graph's launcher."""
+    recording, as another library begins one), once the arrays are made and
+    the kernels compiled (which synchronises the stream); yields a function
+    that ends it and returns its graph's launcher."""
     recording = active.Recording(handle(stream), "relaxed")
     done = []
 
