@@ -933,9 +933,8 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     there). While a capture is active, a launch that may break it is
     validated: one on the legacy default stream, on a stream whose capture
     another thread invalidated, or with an argument whose type may carry
-    host memory or be a foreign array. A
-    launch on a capturing stream keeps its kernel and arguments alive with
-    the graph. A foreign array (``__cuda_array_interface__``) given to a
+    host memory or be a foreign array. A launch on a capturing stream keeps
+    its kernel and arguments alive with the graph. A foreign array (``__cuda_array_interface__``) given to a
     launch on a capturing stream, numbagraph's or another library's, is
     passed as a view of its memory, numba's synchronisation left out and
     the order kept by the rule of the section above. Instances of
