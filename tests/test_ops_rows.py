@@ -276,3 +276,164 @@ def test_row_op_may_compute_in_place(stream):
     e = np.exp(a - a.max(axis=1, keepdims=True))
     np.testing.assert_allclose(x.copy_to_host(stream=stream), e / e.sum(axis=1, keepdims=True),
                                rtol=1e-5)
+
+
+# ---------------------------------------------------------------- long rows split over blocks
+
+@pytest.fixture
+def split(monkeypatch, stream):
+    """Row ops cut every row into three parts, one block each, and the
+    stream starts without scratch, so that ``took_split`` can tell."""
+    from numbagraph.backend import active
+    from numbagraph.ops import reduce as _reduce
+
+    monkeypatch.setattr(_reduce, "force_row_parts", 3)
+    key = (active.stream_handle(stream), active.current_device_id())
+    _reduce._scratch.pop(key, None)
+
+    def took_split(dtype):
+        acc = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+        return (acc.str, False, 2) in _reduce._scratch.get(key, {})
+    return took_split
+
+
+ROW_OPS = {
+    "softmax": (lambda x, w, b, out, s: ng.softmax_into(x, out, stream=s),
+                lambda x, w, b: softmax(x)),
+    "layernorm": (lambda x, w, b, out, s: ng.layernorm_into(x, w, b, out, eps=1e-5, stream=s),
+                  lambda x, w, b: layernorm(x, w, b, 1e-5)),
+    "rmsnorm": (lambda x, w, b, out, s: ng.rmsnorm_into(x, w, out, eps=1e-6, stream=s),
+                lambda x, w, b: rmsnorm(x, w, 1e-6)),
+}
+
+
+def _row_case(op, dtype, shape, seed=0):
+    x = host(dtype, shape, seed=seed) * (3 if op == "softmax" else 1)
+    cols = shape[-1]
+    w = host(dtype, cols, seed=seed + 5) if op != "softmax" else None
+    b = host(dtype, cols, seed=seed + 6) if op == "layernorm" else None
+    want = ROW_OPS[op][1](x.astype(np.float64), None if w is None else w.astype(np.float64),
+                          None if b is None else b.astype(np.float64))
+    return x, w, b, want
+
+
+def _dev(a):
+    return None if a is None else cuda.to_device(a)
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=str)
+@pytest.mark.parametrize("shape", [(1, 77), (3, 40), (2, 101), (77,)], ids=str)
+def test_split_rows_match_numpy(stream, split, op, dtype, shape):
+    x, w, b, want = _row_case(op, dtype, shape)
+    out = ng.empty(shape, dtype)
+    ROW_OPS[op][0](cuda.to_device(x), _dev(w), _dev(b), out, stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want, **close(dtype))
+    assert split(dtype)
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_rows_match_one_block_per_row(stream, split, op, monkeypatch):
+    from numbagraph.ops import reduce as _reduce
+
+    x, w, b, _ = _row_case(op, np.float32, (2, 77), seed=3)
+    got = []
+    for parts in (3, 0):
+        monkeypatch.setattr(_reduce, "force_row_parts", parts)
+        out = ng.empty((2, 77), np.float32)
+        ROW_OPS[op][0](cuda.to_device(x), _dev(w), _dev(b), out, stream)
+        got.append(out.copy_to_host(stream=stream))
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-7)
+
+
+def test_split_softmax_of_large_values_and_minus_infinity(stream, split):
+    x = host(np.float32, (2, 70)) * np.float32(1e4)
+    x[0, :40] = -np.inf          # whole parts of -inf add nothing
+    x[1, 5] = np.float32(3e38)   # one value far above the rest
+    out = ng.empty((2, 70), np.float32)
+    ng.softmax_into(cuda.to_device(x), out, stream=stream)
+    got = out.copy_to_host(stream=stream)
+    np.testing.assert_allclose(got, softmax(x.astype(np.float64)), rtol=1e-5, atol=1e-7)
+    assert np.all(np.isfinite(got))
+
+
+def test_split_layernorm_of_constant_rows_is_zero_plus_bias(stream, split):
+    x = np.full((2, 70), 123.25, np.float32)
+    bias = host(np.float32, 70, seed=4)
+    out = ng.empty((2, 70), np.float32)
+    ng.layernorm_into(cuda.to_device(x), None, cuda.to_device(bias), out, stream=stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), np.broadcast_to(bias, (2, 70)),
+                               rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_rows_with_a_nan_are_nan_as_with_one_block(stream, split, op, monkeypatch):
+    from numbagraph.ops import reduce as _reduce
+
+    x, w, b, _ = _row_case(op, np.float32, (2, 70))
+    x[1, 60] = np.nan
+    got = []
+    for parts in (3, 0):
+        monkeypatch.setattr(_reduce, "force_row_parts", parts)
+        out = ng.empty((2, 70), np.float32)
+        ROW_OPS[op][0](cuda.to_device(x), _dev(w), _dev(b), out, stream)
+        got.append(out.copy_to_host(stream=stream))
+    assert np.isnan(got[0][1]).all() and not np.isnan(got[0][0]).any()
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(got[1]))
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_rows_in_a_capture_replay_on_new_data(stream, split, op):
+    x, w, b, _ = _row_case(op, np.float32, (2, 77))
+    x_dev, w_dev, b_dev = cuda.to_device(x), _dev(w), _dev(b)
+    out = ng.empty((2, 77), np.float32)
+    with ng.capture(stream) as cap:
+        ROW_OPS[op][0](x_dev, w_dev, b_dev, out, stream)
+    for seed in (1, 2):
+        x2 = host(np.float32, (2, 77), seed=seed) * 3
+        x_dev.copy_to_device(x2, stream=stream)
+        cap.graph.launch()
+        want = ROW_OPS[op][1](x2.astype(np.float64), w, b)
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_rows_remembered_eager_call_reads_new_data(stream, split, op):
+    x, w, b, want = _row_case(op, np.float32, (1, 77))
+    x_dev, w_dev, b_dev, out = cuda.to_device(x), _dev(w), _dev(b), ng.empty((1, 77), np.float32)
+    for _ in range(3):
+        ROW_OPS[op][0](x_dev, w_dev, b_dev, out, stream)
+        np.testing.assert_allclose(out.copy_to_host(stream=stream), want, rtol=1e-5, atol=1e-5)
+    x2 = host(np.float32, (1, 77), seed=9) * 2
+    x_dev.copy_to_device(x2, stream=stream)
+    ROW_OPS[op][0](x_dev, w_dev, b_dev, out, stream)
+    np.testing.assert_allclose(out.copy_to_host(stream=stream),
+                               ROW_OPS[op][1](x2.astype(np.float64), w, b), rtol=1e-5, atol=1e-5)
+    assert split(np.float32)
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_rows_into_a_graph_owned_output(stream, split, op):
+    x, w, b, want = _row_case(op, np.float32, (2, 77))
+    kept = ng.zeros((2, 77), np.float32, stream=stream)
+    x_dev, w_dev, b_dev = cuda.to_device(x), _dev(w), _dev(b)
+    with ng.capture(stream) as cap:
+        out = ng.empty((2, 77), np.float32)
+        ROW_OPS[op][0](x_dev, w_dev, b_dev, out, stream)
+        ng.copy_into(out, kept, stream=stream)
+        ng.free(out)
+    for _ in range(2):
+        cap.graph.launch()
+        np.testing.assert_allclose(kept.copy_to_host(stream=stream), want, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_are_split_only_when_few_and_long():
+    from numbagraph.backend import active
+    from numbagraph.ops.reduce import SPLIT_BELOW_ROWS_PER_SM, _max_parts, row_parts
+
+    sms, threads = active.launch_limits()
+    long_row = 8 * threads * 5
+    assert row_parts(1, long_row, 8) == min(5, _max_parts())
+    assert row_parts(1, 8 * threads * 2 - 1, 8) == 1
+    assert row_parts(sms * SPLIT_BELOW_ROWS_PER_SM, long_row, 8) == 1
+    assert row_parts(2, 8 * threads * 10**6, 8) * 2 <= _max_parts()

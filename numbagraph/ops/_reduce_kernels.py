@@ -20,7 +20,10 @@ Large inputs run the parts on many blocks (``parts``), keeping part results
 in a scratch array, then fold them (``finish``). ``single`` does the same
 arithmetic in one block, keeping part results in shared memory; it needs no
 scratch and gives the same bits. Rows of a 2-D array are reduced by one
-block each (``rows``), each thread taking a row's elements ``t, t+T, ...``.
+block each (``rows``), each thread taking a row's elements ``t, t+T, ...``;
+long rows, when there are too few to fill the device, are dealt out to
+``parts`` parts each as a whole array is (``row_parts``), whose results one
+block per row folds (``row_finish``).
 No floating-point atomics are used anywhere.
 
 Each of these kernels has its own factory, ``additive_*_kernel`` for sums
@@ -53,10 +56,14 @@ __all__ = [
     "additive_finish_kernel",
     "additive_single_kernel",
     "additive_rows_kernel",
+    "additive_row_parts_kernel",
+    "additive_row_finish_kernel",
     "extreme_parts_kernel",
     "extreme_finish_kernel",
     "extreme_single_kernel",
     "extreme_rows_kernel",
+    "extreme_row_parts_kernel",
+    "extreme_row_finish_kernel",
     "FIN_NONE",
     "FIN_MEAN",
     "FIN_SQRT",
@@ -314,6 +321,56 @@ def additive_rows_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable
     return rows_kernel
 
 
+def additive_row_parts_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable:
+    """``(x, y, y_row_stride, rows, cols, nparts, parts)``: block ``b`` sums
+    part ``b % nparts`` of row ``b // nparts`` into ``parts[b]``, the row's
+    tiles dealt out to its ``nparts`` parts."""
+    acc = from_dtype(additive_accumulator(dtype))
+    thread_sum = _thread_sum(dtype, threads, has_y)
+    tree = block_tree(threads, add)
+    t8 = ADDITIVE_UNROLL * threads
+
+    def row_parts_kernel(x, y, y_row_stride, rows, cols, nparts, parts):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        b = int64(cuda.blockIdx.x)
+        while b < rows * nparts:
+            r = b // nparts
+            p = b - r * nparts
+            total = tree(sh, thread_sum(x, y, r * cols, r * y_row_stride, p * t8,
+                                        nparts * t8, cols, tid), tid)
+            if tid == 0:
+                parts[b] = total
+            b += cuda.gridDim.x
+    return row_parts_kernel
+
+
+def additive_row_finish_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(parts, nparts, rows, cols, out, fin)``: a block per row folds the
+    row's part sums as ``finish`` does into ``out[row]``."""
+    acc_np = additive_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    zero = acc_np.type(0)
+    tree = block_tree(threads, add)
+    finalize = _finalize(acc_np)
+
+    def row_finish_kernel(parts, nparts, rows, cols, out, fin):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        r = int64(cuda.blockIdx.x)
+        while r < rows:
+            total = zero
+            p = int64(tid)
+            while p < nparts:
+                total += parts[r * nparts + p]
+                p += threads
+            total = tree(sh, total, tid)
+            if tid == 0:
+                out[r] = finalize(total, cols, fin)
+            r += cuda.gridDim.x
+    return row_finish_kernel
+
+
 # Maxima and minima. Their ``largest`` argument picks max or min, and with
 # ``write_index`` they store where the extreme is (argmax, argmin) rather
 # than its value. The starting value never wins a comparison, ties with it
@@ -565,3 +622,60 @@ def extreme_rows_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Cal
                 store(out, r, v, i)
             r += cuda.gridDim.x
     return rows_kernel
+
+
+def extreme_row_parts_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(x, rows, cols, nparts, parts_v, parts_i, largest)``: block ``b``
+    finds the best of part ``b % nparts`` of row ``b // nparts`` (index
+    within the row) into ``parts_v[b]``, ``parts_i[b]``."""
+    acc = from_dtype(extreme_accumulator(dtype))
+    thread_best = _thread_best(dtype, threads)
+    tree = _pair_tree(threads)
+    t4 = EXTREME_UNROLL * threads
+
+    def row_parts_kernel(x, rows, cols, nparts, parts_v, parts_i, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        tid = cuda.threadIdx.x
+        b = int64(cuda.blockIdx.x)
+        while b < rows * nparts:
+            r = b // nparts
+            p = b - r * nparts
+            v, i = thread_best(x, r * cols, p * t4, nparts * t4, cols, tid, largest)
+            v, i = tree(shv, shi, v, i, tid, largest)
+            if tid == 0:
+                parts_v[b] = v
+                parts_i[b] = i
+            b += cuda.gridDim.x
+    return row_parts_kernel
+
+
+def extreme_row_finish_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Callable:
+    """``(parts_v, parts_i, nparts, rows, out, largest)``: a block per row
+    folds the row's part results into ``out[row]``."""
+    acc_np = extreme_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    low, high = _worst(acc_np)
+    tree = _pair_tree(threads)
+    store = _store(write_index)
+
+    def row_finish_kernel(parts_v, parts_i, nparts, rows, out, largest):
+        shv = cuda.shared.array(threads, acc)
+        shi = cuda.shared.array(threads, int64)
+        tid = cuda.threadIdx.x
+        r = int64(cuda.blockIdx.x)
+        while r < rows:
+            bv = low if largest else high
+            bi = _SENTINEL
+            p = int64(tid)
+            while p < nparts:
+                k = r * nparts + p
+                if _better(bv, bi, parts_v[k], parts_i[k], largest):
+                    bv = parts_v[k]
+                    bi = parts_i[k]
+                p += threads
+            v, i = tree(shv, shi, bv, bi, tid, largest)
+            if tid == 0:
+                store(out, r, v, i)
+            r += cuda.gridDim.x
+    return row_finish_kernel

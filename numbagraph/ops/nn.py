@@ -4,6 +4,17 @@ Each row of a 2-D ``x`` (a 1-D ``x`` is one row) is handled by one block:
 its statistics are reduced in the fixed order of the reductions, so results
 are deterministic. float16 rows are computed in float32. ``out`` has ``x``'s
 shape and dtype and may be ``x`` itself.
+
+Long rows, when there are too few of them to fill the device (the rule of
+``reduce.row_parts``), are cut into contiguous parts, one block each, in two
+kernels: ``stats`` reduces each part into the reduction scratch (softmax:
+the part's maximum and its sum of ``exp(x - maximum)``; layer norm: the
+part's mean and sum of squared deviations from it; RMS norm: its sum of
+squares), then ``apply`` combines a row's part results in every block of
+the row, in a fixed order (softmax rescales each part's sum to the row's
+maximum; layer norm merges means and deviations exactly, as Chan's formula
+does) and writes the block's part of ``out``. Where no scratch can be made
+(docs/capture.md), rows keep one block each.
 """
 
 from __future__ import annotations
@@ -18,10 +29,16 @@ from ..errors import OpError
 from . import _launch
 from ._operands import FLOATS, check_disjoint, check_dtype, check_in_place, device_array, flat, row_view
 from ._reduce_kernels import add, block_tree
+from .reduce import _done, _scratch_for, row_parts
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
 
 SOFTMAX, LAYERNORM, RMSNORM = 0, 1, 2
+
+# Elements per thread that a part of a split row gets at least: a few loads
+# in flight per thread make each block's work outweigh its launch and the
+# combining of the row's part results.
+PART_PER_THREAD = 8
 
 
 @cuda.jit(device=True)
@@ -96,6 +113,178 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
     return kernel
 
 
+@cuda.jit(device=True)
+def part_bounds(p, nparts, cols):
+    """[lo, hi) of part ``p`` of a row of ``cols`` cut into ``nparts``
+    contiguous parts, each but the last ceil(cols / nparts) long."""
+    size = (cols + nparts - 1) // nparts
+    lo = p * size
+    hi = lo + size
+    if hi > cols:
+        hi = cols
+    if lo > cols:
+        lo = cols
+    return lo, hi
+
+
+def _stats_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(x, rows, cols, nparts, stats, kind)``: block ``b`` reduces part
+    ``b % nparts`` of row ``b // nparts`` into ``stats[b]`` and, for softmax
+    and layer norm, ``stats[rows * nparts + b]``."""
+    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc = _launch.scalar_type(acc_np)
+    zero = acc_np.type(0)
+    lowest = acc_np.type(-np.inf)
+    int64 = types.int64
+
+    tree_sum = block_tree(threads, add)
+    tree_max = block_tree(threads, nan_max)
+
+    def kernel(x, rows, cols, nparts, stats, kind):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        b = int64(cuda.blockIdx.x)
+        total_parts = rows * nparts
+        while b < total_parts:
+            r = b // nparts
+            lo, hi = part_bounds(b - r * nparts, nparts, cols)
+            base = r * cols
+            if kind == SOFTMAX:
+                top = lowest
+                j = lo + tid
+                while j < hi:
+                    top = nan_max(top, acc(x[base + j]))
+                    j += threads
+                top = tree_max(sh, top, tid)
+                total = zero
+                if top != lowest:  # a part of -inf only adds nothing, not NaN
+                    j = lo + tid
+                    while j < hi:
+                        total += math.exp(acc(x[base + j]) - top)
+                        j += threads
+                total = tree_sum(sh, total, tid)
+                if tid == 0:
+                    stats[b] = top
+                    stats[total_parts + b] = total
+            elif kind == LAYERNORM:
+                total = zero
+                j = lo + tid
+                while j < hi:
+                    total += acc(x[base + j])
+                    j += threads
+                total = tree_sum(sh, total, tid)
+                mean = zero
+                if hi > lo:
+                    mean = total / acc(hi - lo)
+                squares = zero
+                j = lo + tid
+                while j < hi:
+                    d = acc(x[base + j]) - mean
+                    squares += d * d
+                    j += threads
+                squares = tree_sum(sh, squares, tid)
+                if tid == 0:
+                    stats[b] = mean
+                    stats[total_parts + b] = squares
+            else:
+                squares = zero
+                j = lo + tid
+                while j < hi:
+                    v = acc(x[base + j])
+                    squares += v * v
+                    j += threads
+                squares = tree_sum(sh, squares, tid)
+                if tid == 0:
+                    stats[b] = squares
+            b += cuda.gridDim.x
+
+    return kernel
+
+
+def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
+    """``(x, w, has_w, b, has_b, out, rows, cols, nparts, stats, eps, kind)``:
+    block ``b`` combines row ``b // nparts``'s part results, each thread
+    taking parts ``tid, tid + threads, ...`` in order before the block's
+    tree, and writes part ``b % nparts`` of the row into ``out``."""
+    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc = _launch.scalar_type(acc_np)
+    zero, one = acc_np.type(0), acc_np.type(1)
+    lowest = acc_np.type(-np.inf)
+    int64 = types.int64
+
+    tree_sum = block_tree(threads, add)
+    tree_max = block_tree(threads, nan_max)
+
+    def kernel(x, w, has_w, bias, has_b, out, rows, cols, nparts, stats, eps, kind):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        b = int64(cuda.blockIdx.x)
+        total_parts = rows * nparts
+        while b < total_parts:
+            r = b // nparts
+            first = r * nparts
+            lo, hi = part_bounds(b - first, nparts, cols)
+            base = r * cols
+            if kind == SOFTMAX:
+                top = lowest
+                q = int64(tid)
+                while q < nparts:
+                    top = nan_max(top, stats[first + q])
+                    q += threads
+                top = tree_max(sh, top, tid)
+                total = zero
+                q = int64(tid)
+                while q < nparts:
+                    m = stats[first + q]
+                    if m != lowest:  # a part of -inf adds nothing
+                        total += stats[total_parts + first + q] * math.exp(m - top)
+                    q += threads
+                total = tree_sum(sh, total, tid)
+                j = lo + tid
+                while j < hi:
+                    out[base + j] = math.exp(acc(x[base + j]) - top) / total
+                    j += threads
+            else:
+                if kind == LAYERNORM:
+                    # mean: the parts' means weighted by their lengths; the
+                    # sum of squared deviations from it: each part's own
+                    # plus its length times its mean's squared distance.
+                    total = zero
+                    q = int64(tid)
+                    while q < nparts:
+                        plo, phi = part_bounds(q, nparts, cols)
+                        total += stats[first + q] * acc(phi - plo)
+                        q += threads
+                    mean = tree_sum(sh, total, tid) / acc(cols)
+                    squares = zero
+                    q = int64(tid)
+                    while q < nparts:
+                        plo, phi = part_bounds(q, nparts, cols)
+                        d = stats[first + q] - mean
+                        squares += stats[total_parts + first + q] + d * d * acc(phi - plo)
+                        q += threads
+                else:
+                    mean = zero
+                    squares = zero
+                    q = int64(tid)
+                    while q < nparts:
+                        squares += stats[first + q]
+                        q += threads
+                inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
+                j = lo + tid
+                while j < hi:
+                    v = (acc(x[base + j]) - mean) * inv
+                    if has_w:
+                        v = v * acc(w[j])
+                    if has_b:
+                        v = v + acc(bias[j])
+                    out[base + j] = v
+                    j += threads
+            b += cuda.gridDim.x
+
+    return kernel
+
+
 def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: float,
              stream: Any) -> None:
     launch_on = _launch.launch_handle(stream)
@@ -131,13 +320,35 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
     sms, threads = _launch.limits()
     acc_np = np.dtype(np.float32) if dtype == np.float16 else dtype
     arr = _launch.array_type(dtype)
+    (w_dev, has_w), (b_dev, has_b) = params
+    i64, acc_t = _launch.INDEX, _launch.scalar_type(acc_np)
+    nparts = row_parts(rows, cols, PART_PER_THREAD)
+    scratch = _scratch_for(launch_on, acc_np, False, 2) if nparts > 1 else None
+    if scratch is not None:
+        stats, _ = scratch
+        acc_arr = _launch.array_type(acc_np)
+        first = _launch.compiled(
+            ("rows_nn_stats", dtype.str, threads),
+            lambda: (_stats_kernel(dtype, threads),
+                     (arr, i64, i64, i64, acc_arr, i64)))
+        second = _launch.compiled(
+            ("rows_nn_apply", dtype.str, threads),
+            lambda: (_apply_kernel(dtype, threads),
+                     (arr, arr, types.boolean, arr, types.boolean, arr, i64, i64, i64,
+                      acc_arr, acc_t, i64)))
+        blocks = rows * nparts
+        first[blocks, threads, launch_on](flat(x_dev), rows, cols, nparts, stats, kind)
+        second[blocks, threads, launch_on](
+            flat(x_dev), w_dev, has_w, b_dev, has_b, flat(out_dev), rows, cols, nparts, stats,
+            acc_np.type(eps), kind)
+        _done(scratch)
+        return
     kernel = _launch.compiled(
         ("rows_nn", dtype.str, threads),
         lambda: (_rows_kernel(dtype, threads),
                  (arr, arr, types.boolean, arr, types.boolean, arr, _launch.INDEX,
                   _launch.INDEX, _launch.scalar_type(acc_np), _launch.INDEX)),
     )
-    (w_dev, has_w), (b_dev, has_b) = params
     kernel[min(rows, sms * _launch.BLOCKS_PER_SM), threads, launch_on](
         flat(x_dev), w_dev, has_w, b_dev, has_b, flat(out_dev), rows, cols, acc_np.type(eps),
         kind)

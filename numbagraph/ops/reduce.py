@@ -58,16 +58,47 @@ def _plan(n: int, unroll: int) -> int:
     return min(_max_parts(), max(1, -(-n // (unroll * threads))))
 
 
+# Long rows. A row reduced by one block keeps one multiprocessor busy, so
+# with few rows most of the device idles while each block walks a long row.
+# Then each row is cut into parts, one block each, whose results a second
+# kernel combines: the split happens when there are fewer rows than
+# SPLIT_BELOW_ROWS_PER_SM per multiprocessor and each part still gets at
+# least ``per_thread`` elements per thread (a reduction's tile, so that no
+# part is idle; a few loads per thread for softmax and the norms). A row has
+# as many parts as it can, within the _max_parts() blocks a reduction
+# spreads over: rows * parts never exceeds it, which is the scratch's size.
+SPLIT_BELOW_ROWS_PER_SM = 4
+# Parts per row forced on every row op whose rows fit the scratch (0: the
+# rule above decides); tests set it to run the split path on tiny arrays.
+force_row_parts = 0
+
+
+def row_parts(rows: int, cols: int, per_thread: int) -> int:
+    """How many parts, one block each, every one of ``rows`` rows of
+    ``cols`` elements is cut into: 1 keeps a block per row. A function of
+    the shape and the device alone, so the summation order is too."""
+    sms, threads = _launch.limits()
+    most = _max_parts() // max(rows, 1)
+    if force_row_parts:
+        return max(1, min(force_row_parts, cols, most))
+    if rows >= sms * SPLIT_BELOW_ROWS_PER_SM:
+        return 1
+    parts = min(cols // (per_thread * threads), most)
+    return parts if parts >= 2 else 1
+
+
 # Scratch for part results: per (stream, device), per accumulator dtype. A
 # stream is known by its capture key: the per-thread default stream is one
 # handle for a different stream on each thread, and those run at once.
 _scratch: dict[tuple[Any, int], dict[tuple, Any]] = {}
 
 
-def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None:
+def _scratch_for(handle: int, dtype: np.dtype, with_index: bool,
+                 width: int = 1) -> tuple | None:
     """The part-result arrays for a reduction on the stream with this
-    handle: the stream's own, made once outside any capture; or, the first
-    time inside a capture on this thread, arrays the graph allocates, which
+    handle, ``width`` values per part (the index array has one): the
+    stream's own, made once outside any capture; or, the first time inside a
+    capture on this thread, arrays the graph allocates, which
     :func:`_done` frees inside it once the reduction has read them; or None
     when neither can be made now (a conditional body, or the allocation
     rule forbids it)."""
@@ -75,7 +106,7 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     if key not in _scratch and len(_scratch) >= 256:
         _scratch.clear()  # streams come and go; graphs keep the scratch they use
     per_stream = _scratch.setdefault(key, {})
-    key = (dtype.str, with_index)
+    key = (dtype.str, with_index, width)
     arrays = per_stream.get(key)
     if arrays is not None:
         return arrays
@@ -85,12 +116,12 @@ def _scratch_for(handle: int, dtype: np.dtype, with_index: bool) -> tuple | None
     if session is not None:
         if session.block is not None:
             return None
-        return (graph_allocate(session, (size,), dtype, 0, what, handle=handle),
+        return (graph_allocate(session, (size * width,), dtype, 0, what, handle=handle),
                 graph_allocate(session, (size,), np.dtype(np.int64), 0, what, handle=handle)
                 if with_index else None)
     if not allocation_allowed(handle):
         return None
-    values = cuda.device_array(size, dtype)
+    values = cuda.device_array(size * width, dtype)
     indices = cuda.device_array(size, np.int64) if with_index else None
     arrays = per_stream[key] = (values, indices)
     return arrays
@@ -186,6 +217,21 @@ def sum_like(op: str, fin: int, x: Any, y: Any, out: Any, axis: Any, stream: Any
         check_disjoint(out_dev, [("the input", x_dev), ("the second input", y_dev)], op)
         if rows == 0:
             return
+        out_t = _launch.array_type(out_dev.dtype)
+        nparts = row_parts(rows, cols, _rk.ADDITIVE_UNROLL)
+        scratch = _scratch_for(launch_on, acc, False) if nparts > 1 else None
+        if scratch is not None:
+            values, _ = scratch
+            first = _kernel(_rk.additive_row_parts_kernel, (dtype, threads, has_y), None,
+                            (arr, arr, i64, i64, i64, i64, acc_arr))
+            second = _kernel(_rk.additive_row_finish_kernel, (dtype, threads), out_dev,
+                             (acc_arr, i64, i64, i64, out_t, i64))
+            first[rows * nparts, threads, launch_on](xf, yf, y_row_stride, rows, cols, nparts,
+                                                     values)
+            second[min(rows, max_parts), threads, launch_on](values, nparts, rows, cols,
+                                                             out_dev, fin)
+            _done(scratch)
+            return
         kernel = _kernel(_rk.additive_rows_kernel, (dtype, threads, has_y), out_dev,
                          (arr, arr, i64, i64, i64, _launch.array_type(out_dev.dtype), i64))
         kernel[min(rows, max_parts), threads, launch_on](
@@ -234,6 +280,21 @@ def _extreme(op: str, largest: bool, write_index: bool, x: Any, out: Any, axis: 
             return
         if cols == 0:
             raise OpError(f"{op} of rows with no elements has no value")
+        out_t = _launch.array_type(out_dev.dtype)
+        nparts = row_parts(rows, cols, _rk.EXTREME_UNROLL)
+        scratch = _scratch_for(launch_on, acc, True) if nparts > 1 else None
+        if scratch is not None:
+            values, indices = scratch
+            first = _kernel(_rk.extreme_row_parts_kernel, (dtype, threads), None,
+                            (arr, i64, i64, i64, acc_arr, idx_arr, types.boolean))
+            second = _kernel(_rk.extreme_row_finish_kernel, (dtype, threads, write_index),
+                             out_dev, (acc_arr, idx_arr, i64, i64, out_t, types.boolean))
+            first[rows * nparts, threads, launch_on](xf, rows, cols, nparts, values, indices,
+                                                     largest)
+            second[min(rows, max_parts), threads, launch_on](values, indices, nparts, rows,
+                                                             out_dev, largest)
+            _done(scratch)
+            return
         kernel = _kernel(_rk.extreme_rows_kernel, (dtype, threads, write_index), out_dev,
                          (arr, i64, i64, _launch.array_type(out_dev.dtype), types.boolean))
         kernel[min(rows, max_parts), threads, launch_on](xf, rows, cols, out_dev, largest)
