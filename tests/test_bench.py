@@ -10,7 +10,7 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, graphed
+from numbagraph.bench import SUITES, graphed, ops
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Row, SuiteResult
@@ -153,6 +153,97 @@ def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeyp
     suite = json.loads((tmp_path / "results.json").read_text())["suites"]["graphed"]
     why = dict(suite["skipped"])[graphed.PEER]
     assert why.startswith("failed") and "other arrays than it was given" in why
+
+
+@pytest.fixture(scope="module")
+def ops_run(tmp_path_factory):
+    """One quick run of the ops suite: exit status and JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "ops", "--out", str(out)])
+    return status, json.loads((out / "results.json").read_text())
+
+
+def _ops_size(doc, *dims):
+    return tuple(ops.SIMULATED[d] for d in dims) if doc["config"]["simulated"] else dims
+
+
+def _ops_cases(doc):
+    size = lambda *dims: _ops_size(doc, *dims)  # noqa: E731
+    cases = [ops.matmul_case(*size(*s), kind) for kind in (ops.FLOAT32, ops.TF32)
+             for s in ops.MATMUL_SHAPES]
+    cases += [ops.matmul_case(*size(*s), ops.FLOAT16) for s in ops.FLOAT16_MATMUL_SHAPES]
+    cases += [ops.matvec_case(*size(*s)) for s in ops.MATVEC_SHAPES]
+    cases += [ops.rows_case("softmax", *size(*s)) for s in ops.SOFTMAX_SHAPES]
+    cases += [ops.rows_case(op, *size(*ops.NORM_SHAPE)) for op in ("layernorm", "rmsnorm")]
+    cases += [ops.reduce_case(op, *size(ops.REDUCE_SIZE)) for op in ("max", "argmax")]
+    return cases + [ops.take_case(*size(*ops.TAKE_SHAPE))]
+
+
+def test_ops_run_succeeds(ops_run):
+    status, doc = ops_run
+    assert status == 0
+    assert doc["suites"]["ops"]["error"] is None
+
+
+def test_ops_every_case_is_measured_by_numbagraph(ops_run):
+    _, doc = ops_run
+    rows = doc["suites"]["ops"]["rows"]
+    measured = {r["case"]: r for r in rows if r["peer"] == "numbagraph"}
+    for case in _ops_cases(doc):
+        assert case in measured, f"numbagraph not measured at {case}"
+        assert measured[case]["value"] > 0 and measured[case]["trials"]
+        assert measured[case]["unit"] == ops.UNIT
+
+
+@pytest.mark.parametrize("peer", ["PyTorch", "CuPy"])
+def test_ops_peers_are_measured_or_skipped_with_a_reason(ops_run, peer):
+    _, doc = ops_run
+    suite = doc["suites"]["ops"]
+    reasons = dict(suite["skipped"])
+    assert any(r["peer"] == peer for r in suite["rows"]) or reasons.get(peer)
+    assert not any(str(why).startswith("failed") for why in reasons.values())
+
+
+def test_ops_matvec_bandwidth_is_a_share_of_the_device_copy(ops_run):
+    _, doc = ops_run
+    rows = doc["suites"]["ops"]["rows"]
+    for shape in ops.MATVEC_SHAPES:
+        m, k = _ops_size(doc, *shape)
+        copy = [r for r in rows if r["case"] == ops.matvec_case(m, k) and r["peer"] == ops.COPY]
+        share = [r for r in rows
+                 if r["case"] == ops.matvec_bandwidth_case(m, k) and r["peer"] == "numbagraph"]
+        assert len(copy) == 1 and len(share) == 1
+        assert share[0]["unit"] == ops.PERCENT and share[0]["value"] > 0
+
+
+def test_ops_targets_are_judged(ops_run):
+    _, doc = ops_run
+    verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
+    expected = {t.name for t in TARGETS if t.suite == "ops"}
+    assert set(verdicts) == expected and len(expected) == 20
+    assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
+
+
+def test_ops_targets_ask_for_a_time_within_reach_of_pytorch():
+    found = {t.name: t for t in TARGETS if t.suite == "ops"}
+    matmul = found["matmul 4096x4096x4096 tf32 >= 0.9x PyTorch's speed"]
+    assert (matmul.peer, matmul.ref_peer, matmul.at_least) == ("numbagraph", "PyTorch", False)
+    assert matmul.limit == pytest.approx(1 / 0.9)
+    take = found["take_into a row of 32000x4096 <= 2x PyTorch's eager call"]
+    assert (take.limit, take.at_least) == (2.0, False)
+
+
+def test_ops_suite_fails_a_peer_whose_output_is_wrong(tmp_path, monkeypatch):
+    def wrong(x, out, *, stream):
+        ng.copy_into(x, out, stream=stream)     # the input, not its softmax
+
+    monkeypatch.setattr(ng, "softmax_into", wrong)
+    monkeypatch.setattr(ops, "_cases", lambda ctx: [
+        lambda: ops._softmax(ctx, ops.SOFTMAX_SHAPES[0])])
+    assert main(["--quick", "--suites", "ops", "--out", str(tmp_path)]) == 1
+    doc = json.loads((tmp_path / "results.json").read_text())
+    why = dict(doc["suites"]["ops"]["skipped"])["numbagraph"]
+    assert why.startswith("failed") and "expected" in why and "softmax" in why
 
 
 def test_unknown_suite_is_refused(capsys):

@@ -11,6 +11,7 @@ Suites, in the order they run:
 * ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
 * ``memory``    graph-owned temporaries: replay, footprint, capture cost
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
+* ``ops``       time per call of matmul, matvec, softmax, norms, max, take
 * ``apps``      the examples' own eager vs graph timings
 
 The tiny kernel is ``a[i] += n[0]`` on 1024 float32 in every framework.
@@ -18,10 +19,11 @@ Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import apps, bandwidth, capture_cost, eager, graphed, loop, memory, replay
+from . import apps, bandwidth, capture_cost, eager, graphed, loop, memory, ops, replay
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, bandwidth, apps)
+    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, bandwidth, ops,
+                     apps)
 }

@@ -12,6 +12,7 @@ from .graphed import (ALL, ONE, PLAIN, RECAPTURE, RECAPTURE_UPDATE, SAME, SIZES,
 from .graphed import PEER as GRAPHED
 from .eager import CASE as EAGER, OP_CASE
 from .loop import DEVICE_LOOP, STEP
+from . import ops
 from .memory import FOOTPRINT_1, FOOTPRINT_8, OWNED, PREALLOCATED, REPLAY
 
 __all__ = ["Target", "TARGETS", "evaluate"]
@@ -128,6 +129,28 @@ def _targets() -> list[Target]:
                             op, "numbagraph", COPY_CASE, "driver memcpy", 0.85, True))
         found.append(Target(f"{op}_into bandwidth >= 1.0x PyTorch out=", "bandwidth",
                             op, "numbagraph", op, "PyTorch", 1.0, True))
+    found += _ops_targets()
+    return found
+
+
+def _ops_targets() -> list[Target]:
+    """numbagraph's time per call over PyTorch's, at every case of the ops
+    suite: at least 0.9x PyTorch's speed is a time at most 1/0.9 of its
+    time; take_into, bound by the host, at most 2x PyTorch's eager call."""
+    speed = 0.9
+    cases = [ops.matmul_case(*shape, kind) for kind in (ops.FLOAT32, ops.TF32)
+             for shape in ops.MATMUL_SHAPES]
+    cases += [ops.matmul_case(*shape, ops.FLOAT16) for shape in ops.FLOAT16_MATMUL_SHAPES]
+    cases += [ops.matvec_case(*shape) for shape in ops.MATVEC_SHAPES]
+    cases += [ops.rows_case("softmax", *shape) for shape in ops.SOFTMAX_SHAPES]
+    cases += [ops.rows_case(op, *ops.NORM_SHAPE) for op in ("layernorm", "rmsnorm")]
+    cases += [ops.reduce_case(op, ops.REDUCE_SIZE) for op in ("max", "argmax")]
+    found = [Target(f"{case} >= {speed}x PyTorch's speed", "ops", case, "numbagraph",
+                    case, "PyTorch", 1 / speed)
+             for case in cases]
+    take = ops.take_case(*ops.TAKE_SHAPE)
+    found.append(Target(f"{take} <= 2x PyTorch's eager call", "ops", take, "numbagraph",
+                        take, "PyTorch", 2.0))
     return found
 
 
