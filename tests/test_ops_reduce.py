@@ -101,7 +101,10 @@ def test_longest_arrays_loop_within_every_part(stream, op):
 
 
 @pytest.mark.parametrize("op", ["sum", "norm2", "dot", "max", "argmin"])
-def test_long_rows_loop_within_the_block(stream, op):
+def test_long_rows_loop_within_the_block(stream, op, monkeypatch):
+    from numbagraph.ops import reduce as _reduce
+
+    monkeypatch.setattr(_reduce, "force_row_parts", 1)  # one block per row
     cols = 8 * THREADS + 37
     x, y = host(np.float64, (2, cols), seed=1), host(np.float64, (2, cols), seed=2)
     out = ng.empty(2, out_dtype(op, np.float64))
@@ -200,3 +203,129 @@ def test_same_input_gives_the_same_bits_every_time(stream, n):
 def test_refuses_bad_calls(stream, call, message):
     with pytest.raises(ng.OpError, match=message):
         call(stream)
+
+
+# ---------------------------------------------------------------- long rows split over blocks
+
+@pytest.fixture
+def split(monkeypatch, stream):
+    """Row reductions cut every row into three parts, one block each; the
+    stream starts without scratch, so that ``took_split`` can tell."""
+    from numbagraph.ops import reduce as _reduce
+
+    monkeypatch.setattr(_reduce, "force_row_parts", 3)
+    key = (active.stream_handle(stream), active.current_device_id())
+    _reduce._scratch.pop(key, None)
+    return lambda: bool(_reduce._scratch.get(key))
+
+
+# Over two tiles of a sum's part, and not a multiple of the block.
+SPLIT_COLS = 2 * 8 * THREADS + 37
+
+
+def split_cases():
+    for op in REFERENCE:
+        for dtype in FLOATS[:2] if op in FLOAT_ONLY else [np.float16, np.float32, np.int32]:
+            for rows in (1, 3):
+                yield pytest.param(op, np.dtype(dtype), rows,
+                                   id=f"{op}-{np.dtype(dtype).name}-{rows}")
+
+
+@pytest.mark.parametrize("op, dtype, rows", list(split_cases()))
+def test_split_rows_reduce_as_numpy(stream, split, op, dtype, rows):
+    x = host(dtype, (rows, SPLIT_COLS), seed=rows)
+    out = ng.empty(rows, out_dtype(op, dtype))
+    getattr(ng, f"{op}_into")(cuda.to_device(x), out, axis=-1, stream=stream)
+    check(out.copy_to_host(stream=stream), REFERENCE[op](x, 1), out_dtype(op, dtype))
+    assert split()
+
+
+def test_split_row_dot_as_numpy(stream, split):
+    a, b = host(np.float32, (2, SPLIT_COLS), seed=1), host(np.float32, (2, SPLIT_COLS), seed=2)
+    out = ng.empty(2, np.float32)
+    ng.dot_into(cuda.to_device(a), cuda.to_device(b), out, axis=-1, stream=stream)
+    check(out.copy_to_host(stream=stream), (wide(a) * wide(b)).sum(axis=1), np.float32)
+    assert split()
+
+
+@pytest.mark.parametrize("op", ["max", "argmin", "argmax"])
+def test_split_rows_keep_nan_and_the_first_extreme(stream, split, op):
+    x = np.zeros((2, SPLIT_COLS), np.float32)
+    x[0, [40, SPLIT_COLS - 3]] = np.nan
+    x[1, [7, SPLIT_COLS - 1]] = 5.0 if op != "argmin" else -5.0
+    out = ng.empty(2, out_dtype(op, np.float32))
+    getattr(ng, f"{op}_into")(cuda.to_device(x), out, axis=-1, stream=stream)
+    got = out.copy_to_host(stream=stream)
+    if op == "max":
+        assert np.isnan(got[0]) and got[1] == 5.0
+    else:
+        np.testing.assert_array_equal(got, [40, 7])
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "argmax"])
+def test_split_rows_match_one_block_per_row(stream, split, op, monkeypatch):
+    from numbagraph.ops import reduce as _reduce
+
+    # positive, so that the sums do not cancel below float32 rounding
+    x = cuda.to_device((host(np.float32, (2, SPLIT_COLS), seed=4) + np.float32(3)) * 100)
+    got = []
+    for parts in (3, 1):
+        monkeypatch.setattr(_reduce, "force_row_parts", parts)
+        out = ng.empty(2, out_dtype(op, np.float32))
+        getattr(ng, f"{op}_into")(x, out, axis=-1, stream=stream)
+        got.append(out.copy_to_host(stream=stream))
+    check(got[0], got[1], out_dtype(op, np.float32))
+
+
+@pytest.mark.parametrize("op", ["sum", "norm2", "argmax", "min"])
+def test_split_rows_in_a_capture_replay_on_new_data(stream, split, op):
+    x = cuda.to_device(host(np.float32, (2, SPLIT_COLS)))
+    out = ng.empty(2, out_dtype(op, np.float32))
+    with ng.capture(stream) as cap:
+        getattr(ng, f"{op}_into")(x, out, axis=-1, stream=stream)
+    for seed in (1, 2):
+        new = host(np.float32, (2, SPLIT_COLS), seed=seed)
+        x.copy_to_device(new, stream=stream)
+        cap.graph.launch()
+        check(out.copy_to_host(stream=stream), REFERENCE[op](new, 1), out_dtype(op, np.float32))
+
+
+@pytest.mark.parametrize("op", ["mean", "argmin"])
+def test_split_rows_remembered_eager_call_reads_new_data(stream, split, op):
+    x = cuda.to_device(host(np.float32, (1, SPLIT_COLS)))
+    out = ng.empty(1, out_dtype(op, np.float32))
+    fn = getattr(ng, f"{op}_into")
+    for _ in range(3):
+        fn(x, out, axis=-1, stream=stream)
+    new = host(np.float32, (1, SPLIT_COLS), seed=5)
+    x.copy_to_device(new, stream=stream)
+    fn(x, out, axis=-1, stream=stream)
+    check(out.copy_to_host(stream=stream), REFERENCE[op](new, 1), out_dtype(op, np.float32))
+    assert split()
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_split_rows_into_a_graph_owned_output(stream, split, op):
+    data = host(np.float32, (3, SPLIT_COLS))
+    x = cuda.to_device(data)
+    kept = ng.zeros(3, np.float32, stream=stream)
+    with ng.capture(stream) as cap:
+        out = ng.empty(3, np.float32)
+        getattr(ng, f"{op}_into")(x, out, axis=-1, stream=stream)
+        ng.copy_into(out, kept, stream=stream)
+        ng.free(out)
+    for _ in range(2):
+        cap.graph.launch()
+        check(kept.copy_to_host(stream=stream), REFERENCE[op](data, 1), np.float32)
+
+
+def test_long_rows_split_only_when_few():
+    from numbagraph.ops import _reduce_kernels
+    from numbagraph.ops.reduce import SPLIT_BELOW_ROWS_PER_SM, row_parts
+
+    sms = active.launch_limits()[0]
+    tile = _reduce_kernels.ADDITIVE_UNROLL * THREADS
+    assert row_parts(1, 3 * tile, _reduce_kernels.ADDITIVE_UNROLL) == 3
+    assert row_parts(1, tile + 1, _reduce_kernels.ADDITIVE_UNROLL) == 1
+    assert row_parts(sms * SPLIT_BELOW_ROWS_PER_SM, 3 * tile,
+                     _reduce_kernels.ADDITIVE_UNROLL) == 1

@@ -69,7 +69,8 @@ def _plan(n: int, unroll: int) -> int:
 # spreads over: rows * parts never exceeds it, which is the scratch's size.
 SPLIT_BELOW_ROWS_PER_SM = 4
 # Parts per row forced on every row op whose rows fit the scratch (0: the
-# rule above decides); tests set it to run the split path on tiny arrays.
+# rule above decides; 1: a block per row); tests set it to run either path
+# on tiny arrays.
 force_row_parts = 0
 
 
