@@ -38,7 +38,7 @@ SOFTMAX, LAYERNORM, RMSNORM = 0, 1, 2
 # Elements per thread that a part of a split row gets at least: a few loads
 # in flight per thread make each block's work outweigh its launch and the
 # combining of the row's part results.
-PART_PER_THREAD = 8
+PART_PER_THREAD = 4
 
 
 @cuda.jit(device=True)

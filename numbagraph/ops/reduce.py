@@ -12,6 +12,12 @@ that stream where the allocation rule allows it (docs/capture.md: not on the
 thread of a "thread_local" or "global" capture). Where the rule forbids it,
 the reduction uses one block instead: slower, same bits. Run a step once
 before capturing it and this never happens.
+
+With ``axis=-1``, each row is reduced by one block, unless there are too
+few rows to fill the device: then long rows are cut into parts, one block
+each (``row_parts``), whose results a second kernel folds, in the scratch
+above. Where no scratch can be made, rows keep one block each: the same
+results up to rounding, not the same bits.
 """
 
 from __future__ import annotations
