@@ -6,6 +6,7 @@ GPU they belong in the benchmark report, not in a test.
 
 import json
 
+import numpy as np
 import pytest
 
 import numbagraph as ng
@@ -214,6 +215,23 @@ def test_ops_matvec_bandwidth_is_a_share_of_the_device_copy(ops_run):
                  if r["case"] == ops.matvec_bandwidth_case(m, k) and r["peer"] == "numbagraph"]
         assert len(copy) == 1 and len(share) == 1
         assert share[0]["unit"] == ops.PERCENT and share[0]["value"] > 0
+
+
+def test_ops_poisoned_outputs_are_on_the_device_before_a_peer_runs(monkeypatch):
+    # A peer on a non-blocking stream (PyTorch's, CuPy's) does not wait for
+    # the legacy stream's copy: poisoning waits for the device itself.
+    log = []
+
+    class Output:
+        dtype, shape = np.dtype(np.float32), (3,)
+
+        def copy_to_device(self, host):
+            assert np.isnan(host).all()
+            log.append("poison")
+
+    monkeypatch.setattr(ops.cuda, "synchronize", lambda: log.append("synchronize"))
+    ops._poison([Output(), Output()])
+    assert log == ["poison", "poison", "synchronize"]
 
 
 def test_ops_targets_are_judged(ops_run):

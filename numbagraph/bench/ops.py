@@ -561,10 +561,14 @@ def _take(ctx: Context) -> _Case:
 # ------------------------------------------------------------------ timing
 
 def _poison(arrays: list) -> None:
+    """Fill ``arrays`` with NaN (-1 for integers) and wait for the device: a
+    copy from pageable memory may return before its bytes land, and PyTorch's
+    and CuPy's non-blocking streams do not wait for it."""
     for dev in arrays:
         kind = np.dtype(dev.dtype)
         value = np.nan if kind.kind == "f" else -1
         dev.copy_to_device(np.full(dev.shape, value, dtype=kind))
+    cuda.synchronize()
 
 
 def _repeats(ctx: Context, case: _Case) -> int:
