@@ -1,7 +1,10 @@
 """Matrix-vector and matrix-matrix products into preallocated outputs.
 
-``matvec_into`` gives each row of the matrix to one block, which sums its
-products in the fixed order of the reductions, so results are deterministic.
+``matvec_into`` gives each row of the matrix to one warp: lane ``l`` reads
+elements ``l, l + 32, ...`` of the row (so a warp's loads are coalesced)
+into four accumulators, four independent loads at a time, and the lanes'
+sums combine by warp shuffles; the order of the sums depends on ``K`` alone,
+so results are deterministic.
 ``matmul_into`` calls cuBLAS on the driver where nvmath-python is installed
 (numbagraph.ops._blas says when), and otherwise runs a kernel tiled through
 shared memory: each block computes a square tile of ``out``, stepping tiles
@@ -16,13 +19,13 @@ from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
+from numba.np.numpy_support import from_dtype
 
 from .._rebind import span
 from ..backend import active as _backend
 from ..errors import OpError
 from . import _blas, _launch, _reduce_kernels as _rk
-from ._operands import ARITHMETIC, check_dtype, device_array
-from .reduce import sum_like
+from ._operands import ARITHMETIC, check_disjoint, check_dtype, device_array, flat
 
 __all__ = ["matvec_into", "matmul_into"]
 
@@ -66,11 +69,127 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     ng.matvec_into(w_q, h, q, stream=s)
     ```
     """
+    launch_on = _launch.launch_handle(stream)
     a_dev = device_array(a, "a")
     if a_dev.ndim != 2:
         raise OpError(f"a of matvec_into must be 2-D (M, K), not shape {tuple(a_dev.shape)}")
-    sum_like("matvec_into", _rk.FIN_NONE, a, x, out, -1, stream, ARITHMETIC,
-             names=("a", "x"), vector_y=True)
+    dtype = np.dtype(a_dev.dtype)
+    check_dtype(dtype, ARITHMETIC, "inputs", "matvec_into")
+    rows, cols = a_dev.shape
+    x_dev = device_array(x, "x")
+    if np.dtype(x_dev.dtype) != dtype:
+        raise OpError(f"x of matvec_into has dtype {x_dev.dtype}, expected {dtype} like a")
+    if tuple(x_dev.shape) != (cols,):
+        raise OpError(f"x of matvec_into has shape {tuple(x_dev.shape)}, expected ({cols},) "
+                      f"for a of shape {tuple(a_dev.shape)}")
+    out_dev = device_array(out, "out")
+    if out_dev.ndim != 1 or out_dev.size != rows:
+        raise OpError(f"out of matvec_into must be 1-D with one element per row of a "
+                      f"({rows}), not shape {tuple(out_dev.shape)}")
+    check_dtype(np.dtype(out_dev.dtype), (dtype,), "out", "matvec_into")
+    check_disjoint(out_dev, [("a", a_dev), ("x", x_dev)], "matvec_into")
+    if rows == 0:
+        return
+    sms, threads = _launch.limits()
+    warps = max(1, min(_MATVEC_THREADS, threads) // _WARP)
+    shuffles = _backend.NAME != "simulator"
+    arr = _launch.array_type(dtype)
+    kernel = _launch.compiled(
+        ("matvec", dtype.str, warps, shuffles),
+        lambda: (_matvec_kernel(dtype, warps, shuffles),
+                 (arr, arr, arr, _launch.INDEX, _launch.INDEX)),
+    )
+    blocks = min(-(-rows // warps), sms * _launch.BLOCKS_PER_SM, _MAX_GRID)
+    kernel[blocks, warps * _WARP, launch_on](flat(a_dev), x_dev, out_dev, rows, cols)
+
+
+# matvec_into: 8 warps, 8 rows in flight, per block where the device allows.
+_MATVEC_THREADS = 256
+_WARP = 32
+_FULL_MASK = 0xFFFFFFFF
+
+
+def _matvec_kernel(dtype: np.dtype, warps: int, shuffles: bool) -> Callable:
+    """``(a, x, out, rows, cols)``, ``a`` flattened row-major: warp ``w`` of
+    block ``b`` computes row ``b * warps + w``, then every ``gridDim.x *
+    warps``-th row after it. Float16 sums in float32, int32 in int64.
+
+    With ``shuffles`` the lanes combine by ``shfl_down_sync``; without (the
+    simulator has no warp shuffles) through shared memory in the same order,
+    each block stepping through its rows together so that all its threads
+    meet every barrier.
+    """
+    acc_np = _rk.additive_accumulator(dtype)
+    acc = from_dtype(acc_np)
+    zero = acc_np.type(0)
+    threads = warps * _WARP
+    int64 = types.int64
+
+    @cuda.jit(device=True)
+    def lane_sum(a, x, base, cols, lane):
+        """Lane ``lane``'s share of row ``a[base:base + cols]`` times ``x``:
+        elements ``lane + 32 j``, element ``j`` into accumulator ``j % 4``;
+        four loads are issued before their sums."""
+        s0 = zero
+        s1 = zero
+        s2 = zero
+        s3 = zero
+        c = int64(lane)
+        while c + 3 * _WARP < cols:
+            u0 = acc(a[base + c])
+            u1 = acc(a[base + c + _WARP])
+            u2 = acc(a[base + c + 2 * _WARP])
+            u3 = acc(a[base + c + 3 * _WARP])
+            s0 += u0 * acc(x[c])
+            s1 += u1 * acc(x[c + _WARP])
+            s2 += u2 * acc(x[c + 2 * _WARP])
+            s3 += u3 * acc(x[c + 3 * _WARP])
+            c += 4 * _WARP
+        while c < cols:
+            s0 += acc(a[base + c]) * acc(x[c])
+            c += _WARP
+        return (s0 + s1) + (s2 + s3)
+
+    def matvec_shuffle(a, x, out, rows, cols):
+        tid = cuda.threadIdx.x
+        lane = tid % _WARP
+        row = int64(cuda.blockIdx.x) * warps + tid // _WARP
+        while row < rows:
+            # The row is the warp's own: all 32 lanes take every shuffle.
+            total = lane_sum(a, x, row * cols, cols, lane)
+            total += cuda.shfl_down_sync(_FULL_MASK, total, 16)
+            total += cuda.shfl_down_sync(_FULL_MASK, total, 8)
+            total += cuda.shfl_down_sync(_FULL_MASK, total, 4)
+            total += cuda.shfl_down_sync(_FULL_MASK, total, 2)
+            total += cuda.shfl_down_sync(_FULL_MASK, total, 1)
+            if lane == 0:
+                out[row] = total
+            row += int64(cuda.gridDim.x) * warps
+
+    def matvec_shared(a, x, out, rows, cols):
+        sh = cuda.shared.array(threads, acc)
+        tid = cuda.threadIdx.x
+        lane = tid % _WARP
+        first = int64(cuda.blockIdx.x) * warps
+        while first < rows:
+            row = first + tid // _WARP
+            total = zero
+            if row < rows:
+                total = lane_sum(a, x, row * cols, cols, lane)
+            sh[tid] = total
+            cuda.syncthreads()
+            offset = _WARP // 2
+            while offset > 0:
+                if lane < offset:
+                    sh[tid] += sh[tid + offset]
+                cuda.syncthreads()
+                offset //= 2
+            if lane == 0 and row < rows:
+                out[row] = sh[tid]
+            cuda.syncthreads()
+            first += int64(cuda.gridDim.x) * warps
+
+    return matvec_shuffle if shuffles else matvec_shared
 
 
 def _tile_size() -> int:
