@@ -3,7 +3,7 @@
 ``matvec_into`` gives each row of the matrix to one warp: lane ``l`` reads
 elements ``l, l + 32, ...`` of the row (so a warp's loads are coalesced)
 into four accumulators, four independent loads at a time, and the lanes'
-sums combine by warp shuffles; the order of the sums depends on ``K`` alone,
+sums combine through shared memory; the order of the sums depends on ``K`` alone,
 so results are deterministic.
 ``matmul_into`` calls cuBLAS on the driver where nvmath-python is installed
 (numbagraph.ops._blas says when), and otherwise runs a kernel tiled through
@@ -92,11 +92,10 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
         return
     sms, threads = _launch.limits()
     warps = max(1, min(_MATVEC_THREADS, threads) // _WARP)
-    shuffles = _backend.NAME != "simulator"
     arr = _launch.array_type(dtype)
     kernel = _launch.compiled(
-        ("matvec", dtype.str, warps, shuffles),
-        lambda: (_matvec_kernel(dtype, warps, shuffles),
+        ("matvec", dtype.str, warps),
+        lambda: (_matvec_kernel(dtype, warps),
                  (arr, arr, arr, _launch.INDEX, _launch.INDEX)),
     )
     blocks = min(-(-rows // warps), sms * _launch.BLOCKS_PER_SM, _MAX_GRID)
@@ -106,18 +105,17 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
 # matvec_into: 8 warps, 8 rows in flight, per block where the device allows.
 _MATVEC_THREADS = 256
 _WARP = 32
-_FULL_MASK = 0xFFFFFFFF
 
 
-def _matvec_kernel(dtype: np.dtype, warps: int, shuffles: bool) -> Callable:
+def _matvec_kernel(dtype: np.dtype, warps: int) -> Callable:
     """``(a, x, out, rows, cols)``, ``a`` flattened row-major: warp ``w`` of
     block ``b`` computes row ``b * warps + w``, then every ``gridDim.x *
     warps``-th row after it. Float16 sums in float32, int32 in int64.
 
-    With ``shuffles`` the lanes combine by ``shfl_down_sync``; without (the
-    simulator has no warp shuffles) through shared memory in the same order,
-    each block stepping through its rows together so that all its threads
-    meet every barrier.
+    The lanes combine through shared memory (one kernel on both backends:
+    the simulator has no warp shuffles), in a fixed order, each block
+    stepping through its rows together so that all its threads meet every
+    barrier.
     """
     acc_np = _rk.additive_accumulator(dtype)
     acc = from_dtype(acc_np)
@@ -150,22 +148,6 @@ def _matvec_kernel(dtype: np.dtype, warps: int, shuffles: bool) -> Callable:
             c += _WARP
         return (s0 + s1) + (s2 + s3)
 
-    def matvec_shuffle(a, x, out, rows, cols):
-        tid = cuda.threadIdx.x
-        lane = tid % _WARP
-        row = int64(cuda.blockIdx.x) * warps + tid // _WARP
-        while row < rows:
-            # The row is the warp's own: all 32 lanes take every shuffle.
-            total = lane_sum(a, x, row * cols, cols, lane)
-            total += cuda.shfl_down_sync(_FULL_MASK, total, 16)
-            total += cuda.shfl_down_sync(_FULL_MASK, total, 8)
-            total += cuda.shfl_down_sync(_FULL_MASK, total, 4)
-            total += cuda.shfl_down_sync(_FULL_MASK, total, 2)
-            total += cuda.shfl_down_sync(_FULL_MASK, total, 1)
-            if lane == 0:
-                out[row] = total
-            row += int64(cuda.gridDim.x) * warps
-
     def matvec_shared(a, x, out, rows, cols):
         sh = cuda.shared.array(threads, acc)
         tid = cuda.threadIdx.x
@@ -189,7 +171,7 @@ def _matvec_kernel(dtype: np.dtype, warps: int, shuffles: bool) -> Callable:
             cuda.syncthreads()
             first += int64(cuda.gridDim.x) * warps
 
-    return matvec_shuffle if shuffles else matvec_shared
+    return matvec_shared
 
 
 def _tile_size() -> int:
