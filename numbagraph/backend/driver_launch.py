@@ -333,12 +333,13 @@ class FastConfiguration:
     last launch, which the next launch with arguments of the same key and in
     the same context takes without looking it up."""
 
-    __slots__ = ("dispatcher", "numba", "handle", "dims", "_last", "_packed")
+    __slots__ = ("dispatcher", "numba", "handle", "cu_stream", "dims", "_last", "_packed")
 
     def __init__(self, dispatcher: Any, numba: Any):
         self.dispatcher, self.numba = dispatcher, numba
         self.handle = int(numba.stream.handle)
         self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
+        self.cu_stream = _stream(self.handle)
         # (context key, argument key, plan) of the last fast launch, and this
         # thread's packing.
         self._last: tuple | None = None
@@ -371,13 +372,12 @@ class FastConfiguration:
         ctx = _context_key()
         packed = self._packed
         last = packed.last
-        marks = tuple([value.__dict__.get(_ENTRY) if type(value) in _ARRAY_TYPES else value
-                       for value in args])
+        marks = _marks(args)
         if last is not None and last[0] == ctx and len(marks) == len(last[1]) and all(
                 map(operator.is_, marks, last[1])):
             # The same arrays and number objects as this thread's last
             # launch of this configuration: its packing holds.
-            err, = _launch_kernel(last[2], *self.dims, _stream(self.handle), last[3][2], 0)
+            err, = _launch_kernel(last[2], *self.dims, self.cu_stream, last[3][2], 0)
             if err:
                 raise DriverError("cuLaunchKernel", err)
             return None
@@ -395,21 +395,27 @@ class FastConfiguration:
             buffer, packed.plan = plan.buffer(), plan
             packed.buffer = buffer
         plan.pack(args, buffer)
-        err, = _launch_kernel(plan.function, *self.dims, _stream(self.handle), buffer[2], 0)
+        err, = _launch_kernel(plan.function, *self.dims, self.cu_stream, buffer[2], 0)
         if err:
             packed.last = None
             raise DriverError("cuLaunchKernel", err)
         # Array marks are computed now that key_of has made every entry.
-        packed.last = (ctx, tuple([value.__dict__.get(_ENTRY) if type(value) in _ARRAY_TYPES
-                                   else value for value in args]), plan.function, buffer)
+        packed.last = (ctx, _marks(args), plan.function, buffer)
         return None
+
+
+def _marks(args: tuple) -> tuple:
+    """What identifies the packing of ``args``: an array's cached entry (so
+    the marks hold no array, and a new array at a reused address has a new
+    mark), any other argument itself."""
+    return tuple([value.__dict__.get(_ENTRY) if type(value) in _ARRAY_TYPES else value
+                  for value in args])
 
 
 class _Packed(threading.local):
     """A configuration's packing on one thread: its own parameter buffer, the
-    plan it was made for, and (context, argument marks, function, buffer) of
-    the last launch. An array's mark is its cached entry, so the marks hold
-    no array, and a new array at a reused address has a new mark."""
+    plan it was made for, and (context, argument marks (:func:`_marks`),
+    function, buffer) of the last launch."""
 
     last: tuple | None = None
     buffer: tuple | None = None
