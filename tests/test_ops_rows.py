@@ -437,3 +437,46 @@ def test_rows_are_split_only_when_few_and_long():
     assert row_parts(1, 8 * threads * 2 - 1, 8) == 1
     assert row_parts(sms * SPLIT_BELOW_ROWS_PER_SM, long_row, 8) == 1
     assert row_parts(2, 8 * threads * 10**6, 8) * 2 <= _max_parts()
+
+
+# ---------------------------------------------------------------- rows held in registers
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=str)
+def test_rows_held_give_the_bits_of_rows_read_once_per_pass(stream, op, dtype, monkeypatch):
+    from numbagraph.backend import active
+    from numbagraph.ops import nn
+
+    _, threads = active.launch_limits()
+    # one element short of every held size, and one over the last
+    shapes = [(3, 4 * threads - 1), (2, 8 * threads - 1), (1, 16 * threads - 1),
+              (2, 16 * threads + 1), (4, 5)]
+    for shape in shapes:
+        x, w, b, want = _row_case(op, dtype, shape, seed=shape[1])
+        got = []
+        for most in (nn.HELD_MOST, 0):
+            monkeypatch.setattr(nn, "HELD_MOST", most)
+            out = ng.empty(shape, dtype)
+            ROW_OPS[op][0](cuda.to_device(x), _dev(w), _dev(b), out, stream)
+            got.append(out.copy_to_host(stream=stream))
+        np.testing.assert_array_equal(got[0], got[1])
+        np.testing.assert_allclose(got[0], want, **close(dtype))
+
+
+def test_row_length_decides_what_each_thread_holds():
+    from numbagraph.ops.nn import HELD_MOST, held_per_thread
+
+    assert held_per_thread(1, 32) == 4
+    assert held_per_thread(4 * 32, 32) == 4
+    assert held_per_thread(4 * 32 + 1, 32) == 8
+    assert held_per_thread(HELD_MOST * 32, 32) == HELD_MOST
+    assert held_per_thread(HELD_MOST * 32 + 1, 32) == 0
+
+
+def test_held_rows_may_be_computed_in_place(stream):
+    x = host(np.float32, (3, 50))
+    inout = cuda.to_device(x)
+    ng.layernorm_into(inout, None, None, inout, stream=stream)
+    np.testing.assert_allclose(inout.copy_to_host(stream=stream),
+                               layernorm(x.astype(np.float64), None, None, 1e-5),
+                               rtol=1e-4, atol=1e-5)

@@ -75,7 +75,7 @@ int64 = types.int64
 
 # Loads each thread has in flight: its elements of one tile.
 ADDITIVE_UNROLL = 8
-EXTREME_UNROLL = 4
+EXTREME_UNROLL = 8
 
 # The index of "no value yet": larger than any real index, so it loses ties.
 _SENTINEL = np.int64(np.iinfo(np.int64).max)
@@ -419,27 +419,31 @@ def _thread_best(dtype: np.dtype, threads: int) -> Callable:
     low, high = _worst(acc_np)
 
     @cuda.jit(device=True)
+    def better_of(v1, i1, v2, i2, largest):
+        if _better(v1, i1, v2, i2, largest):
+            return v2, i2
+        return v1, i1
+
+    @cuda.jit(device=True)
     def thread_best(x, xo, first, step, length, tid, largest):
         """This thread's best (value, index) of x[xo:xo+length], index from 0,
         walking tiles as ``thread_sum`` does.
 
-        Four interleaved candidates, each meeting its elements in index
-        order, so four loads are in flight before any comparison."""
+        Eight interleaved candidates, each meeting its elements in index
+        order, so eight loads are in flight before any comparison."""
         worst = low if largest else high
-        bv0 = worst
-        bv1 = worst
-        bv2 = worst
-        bv3 = worst
-        bi0 = _SENTINEL
-        bi1 = _SENTINEL
-        bi2 = _SENTINEL
-        bi3 = _SENTINEL
+        bv0 = bv1 = bv2 = bv3 = bv4 = bv5 = bv6 = bv7 = worst
+        bi0 = bi1 = bi2 = bi3 = bi4 = bi5 = bi6 = bi7 = _SENTINEL
         j = int64(first) + tid
-        while j + 3 * threads < length:
+        while j + 7 * threads < length:
             v0 = acc(x[xo + j])
             v1 = acc(x[xo + j + threads])
             v2 = acc(x[xo + j + 2 * threads])
             v3 = acc(x[xo + j + 3 * threads])
+            v4 = acc(x[xo + j + 4 * threads])
+            v5 = acc(x[xo + j + 5 * threads])
+            v6 = acc(x[xo + j + 6 * threads])
+            v7 = acc(x[xo + j + 7 * threads])
             if _improves(v0, bv0, bi0, largest):
                 bv0 = v0
                 bi0 = j
@@ -452,6 +456,18 @@ def _thread_best(dtype: np.dtype, threads: int) -> Callable:
             if _improves(v3, bv3, bi3, largest):
                 bv3 = v3
                 bi3 = j + 3 * threads
+            if _improves(v4, bv4, bi4, largest):
+                bv4 = v4
+                bi4 = j + 4 * threads
+            if _improves(v5, bv5, bi5, largest):
+                bv5 = v5
+                bi5 = j + 5 * threads
+            if _improves(v6, bv6, bi6, largest):
+                bv6 = v6
+                bi6 = j + 6 * threads
+            if _improves(v7, bv7, bi7, largest):
+                bv7 = v7
+                bi7 = j + 7 * threads
             j += step
         while j < length:
             v0 = acc(x[xo + j])
@@ -459,15 +475,13 @@ def _thread_best(dtype: np.dtype, threads: int) -> Callable:
                 bv0 = v0
                 bi0 = j
             j += threads
-        if _better(bv0, bi0, bv1, bi1, largest):
-            bv0 = bv1
-            bi0 = bi1
-        if _better(bv2, bi2, bv3, bi3, largest):
-            bv2 = bv3
-            bi2 = bi3
-        if _better(bv0, bi0, bv2, bi2, largest):
-            return bv2, bi2
-        return bv0, bi0
+        bv0, bi0 = better_of(bv0, bi0, bv1, bi1, largest)
+        bv2, bi2 = better_of(bv2, bi2, bv3, bi3, largest)
+        bv4, bi4 = better_of(bv4, bi4, bv5, bi5, largest)
+        bv6, bi6 = better_of(bv6, bi6, bv7, bi7, largest)
+        bv0, bi0 = better_of(bv0, bi0, bv2, bi2, largest)
+        bv4, bi4 = better_of(bv4, bi4, bv6, bi6, largest)
+        return better_of(bv0, bi0, bv4, bi4, largest)
     return thread_best
 
 
@@ -501,11 +515,11 @@ def _best_part(dtype: np.dtype, threads: int) -> Callable:
     ``p``, in every thread."""
     thread_best = _thread_best(dtype, threads)
     tree = _pair_tree(threads)
-    t4 = EXTREME_UNROLL * threads
+    tile = EXTREME_UNROLL * threads
 
     @cuda.jit(device=True)
     def part(x, n, p, nparts, shv, shi, tid, largest):
-        v, i = thread_best(x, 0, p * t4, nparts * t4, n, tid, largest)
+        v, i = thread_best(x, 0, p * tile, nparts * tile, n, tid, largest)
         return tree(shv, shi, v, i, tid, largest)
     return part
 
@@ -608,7 +622,7 @@ def extreme_rows_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Cal
     thread_best = _thread_best(dtype, threads)
     tree = _pair_tree(threads)
     store = _store(write_index)
-    t4 = EXTREME_UNROLL * threads
+    tile = EXTREME_UNROLL * threads
 
     def rows_kernel(x, rows, cols, out, largest):
         shv = cuda.shared.array(threads, acc)
@@ -616,7 +630,7 @@ def extreme_rows_kernel(dtype: np.dtype, threads: int, write_index: bool) -> Cal
         tid = cuda.threadIdx.x
         r = int64(cuda.blockIdx.x)
         while r < rows:
-            v, i = thread_best(x, r * cols, 0, t4, cols, tid, largest)
+            v, i = thread_best(x, r * cols, 0, tile, cols, tid, largest)
             v, i = tree(shv, shi, v, i, tid, largest)
             if tid == 0:
                 store(out, r, v, i)
@@ -631,7 +645,7 @@ def extreme_row_parts_kernel(dtype: np.dtype, threads: int) -> Callable:
     acc = from_dtype(extreme_accumulator(dtype))
     thread_best = _thread_best(dtype, threads)
     tree = _pair_tree(threads)
-    t4 = EXTREME_UNROLL * threads
+    tile = EXTREME_UNROLL * threads
 
     def row_parts_kernel(x, rows, cols, nparts, parts_v, parts_i, largest):
         shv = cuda.shared.array(threads, acc)
@@ -641,7 +655,7 @@ def extreme_row_parts_kernel(dtype: np.dtype, threads: int) -> Callable:
         while b < rows * nparts:
             r = b // nparts
             p = b - r * nparts
-            v, i = thread_best(x, r * cols, p * t4, nparts * t4, cols, tid, largest)
+            v, i = thread_best(x, r * cols, p * tile, nparts * tile, cols, tid, largest)
             v, i = tree(shv, shi, v, i, tid, largest)
             if tid == 0:
                 parts_v[b] = v

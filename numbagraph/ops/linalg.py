@@ -126,27 +126,32 @@ def _matvec_kernel(dtype: np.dtype, warps: int) -> Callable:
     @cuda.jit(device=True)
     def lane_sum(a, x, base, cols, lane):
         """Lane ``lane``'s share of row ``a[base:base + cols]`` times ``x``:
-        elements ``lane + 32 j``, element ``j`` into accumulator ``j % 4``;
-        four loads are issued before their sums."""
-        s0 = zero
-        s1 = zero
-        s2 = zero
-        s3 = zero
+        elements ``lane + 32 j``, element ``j`` into accumulator ``j % 8``;
+        eight loads of the row are issued before their sums."""
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
         c = int64(lane)
-        while c + 3 * _WARP < cols:
+        while c + 7 * _WARP < cols:
             u0 = acc(a[base + c])
             u1 = acc(a[base + c + _WARP])
             u2 = acc(a[base + c + 2 * _WARP])
             u3 = acc(a[base + c + 3 * _WARP])
+            u4 = acc(a[base + c + 4 * _WARP])
+            u5 = acc(a[base + c + 5 * _WARP])
+            u6 = acc(a[base + c + 6 * _WARP])
+            u7 = acc(a[base + c + 7 * _WARP])
             s0 += u0 * acc(x[c])
             s1 += u1 * acc(x[c + _WARP])
             s2 += u2 * acc(x[c + 2 * _WARP])
             s3 += u3 * acc(x[c + 3 * _WARP])
-            c += 4 * _WARP
+            s4 += u4 * acc(x[c + 4 * _WARP])
+            s5 += u5 * acc(x[c + 5 * _WARP])
+            s6 += u6 * acc(x[c + 6 * _WARP])
+            s7 += u7 * acc(x[c + 7 * _WARP])
+            c += 8 * _WARP
         while c < cols:
             s0 += acc(a[base + c]) * acc(x[c])
             c += _WARP
-        return (s0 + s1) + (s2 + s3)
+        return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
     def matvec_shared(a, x, out, rows, cols):
         sh = cuda.shared.array(threads, acc)

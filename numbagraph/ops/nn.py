@@ -3,7 +3,9 @@
 Each row of a 2-D ``x`` (a 1-D ``x`` is one row) is handled by one block:
 its statistics are reduced in the fixed order of the reductions, so results
 are deterministic. float16 rows are computed in float32. ``out`` has ``x``'s
-shape and dtype and may be ``x`` itself.
+shape and dtype and may be ``x`` itself. Rows of at most ``HELD_MOST``
+elements per thread are read once, each thread holding its elements in
+registers for every pass; longer rows are read once per pass.
 
 Long rows, when there are too few of them to fill the device (the rule of
 ``reduce.row_parts``), are cut into contiguous parts, one block each, in two
@@ -39,6 +41,11 @@ SOFTMAX, LAYERNORM, RMSNORM = 0, 1, 2
 # in flight per thread make each block's work outweigh its launch and the
 # combining of the row's part results.
 PART_PER_THREAD = 4
+
+# Most elements of a row each thread holds in registers (0: none): rows up
+# to HELD_MOST * threads long are read from memory once, with every load
+# issued before the first is used; longer rows are read once per pass.
+HELD_MOST = 16
 
 
 @cuda.jit(device=True)
@@ -111,6 +118,83 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
             r += cuda.gridDim.x
 
     return kernel
+
+
+def _held_rows_kernel(dtype: np.dtype, threads: int, per: int) -> Callable:
+    """``_rows_kernel`` for rows of at most ``per * threads`` elements: each
+    thread reads its elements ``tid + k * threads`` of a row once, all of
+    them before any is used, and holds them for every pass. The sums run in
+    the order ``_rows_kernel``'s do, so the results are the same bits."""
+    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc = _launch.scalar_type(acc_np)
+    zero, one = acc_np.type(0), acc_np.type(1)
+    lowest = acc_np.type(-np.inf)
+    int64 = types.int64
+
+    tree_sum = block_tree(threads, add)
+    tree_max = block_tree(threads, nan_max)
+
+    def kernel(x, w, has_w, b, has_b, out, rows, cols, eps, kind):
+        sh = cuda.shared.array(threads, acc)
+        held = cuda.local.array(per, acc)
+        tid = int64(cuda.threadIdx.x)
+        r = int64(cuda.blockIdx.x)
+        while r < rows:
+            base = r * cols
+            for k in range(per):
+                if tid + k * threads < cols:
+                    held[k] = acc(x[base + tid + k * threads])
+            if kind == SOFTMAX:
+                top = lowest
+                for k in range(per):
+                    if tid + k * threads < cols:
+                        top = nan_max(top, held[k])
+                top = tree_max(sh, top, tid)
+                total = zero
+                for k in range(per):
+                    if tid + k * threads < cols:
+                        held[k] = math.exp(held[k] - top)
+                        total += held[k]
+                total = tree_sum(sh, total, tid)
+                for k in range(per):
+                    if tid + k * threads < cols:
+                        out[base + tid + k * threads] = held[k] / total
+            else:
+                mean = zero
+                if kind == LAYERNORM:
+                    total = zero
+                    for k in range(per):
+                        if tid + k * threads < cols:
+                            total += held[k]
+                    mean = tree_sum(sh, total, tid) / acc(cols)
+                squares = zero
+                for k in range(per):
+                    if tid + k * threads < cols:
+                        d = held[k] - mean
+                        squares += d * d
+                inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
+                for k in range(per):
+                    j = tid + k * threads
+                    if j < cols:
+                        v = (held[k] - mean) * inv
+                        if has_w:
+                            v = v * acc(w[j])
+                        if has_b:
+                            v = v + acc(b[j])
+                        out[base + j] = v
+            r += cuda.gridDim.x
+
+    return kernel
+
+
+def held_per_thread(cols: int, threads: int) -> int:
+    """Elements each thread holds for rows of ``cols`` (a power of two from
+    4 to HELD_MOST), or 0 when a row is longer than that: then
+    ``_rows_kernel`` reads it once per pass."""
+    per = 4
+    while per * threads < cols and per < HELD_MOST:
+        per *= 2
+    return per if per * threads >= cols else 0
 
 
 @cuda.jit(device=True)
@@ -343,9 +427,10 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
             acc_np.type(eps), kind)
         _done(scratch)
         return
+    per = held_per_thread(cols, threads)
     kernel = _launch.compiled(
-        ("rows_nn", dtype.str, threads),
-        lambda: (_rows_kernel(dtype, threads),
+        ("rows_nn", dtype.str, threads, per),
+        lambda: (_held_rows_kernel(dtype, threads, per) if per else _rows_kernel(dtype, threads),
                  (arr, arr, types.boolean, arr, types.boolean, arr, _launch.INDEX,
                   _launch.INDEX, _launch.scalar_type(acc_np), _launch.INDEX)),
     )
