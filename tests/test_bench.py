@@ -4,6 +4,7 @@ Timings are not checked: under the simulator they measure Python, and on a
 GPU they belong in the benchmark report, not in a test.
 """
 
+import contextlib
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, graphed, ops
+from numbagraph.bench import SUITES, graphed, ops, streams
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Row, SuiteResult
@@ -262,6 +263,63 @@ def test_ops_suite_fails_a_peer_whose_output_is_wrong(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "results.json").read_text())
     why = dict(doc["suites"]["ops"]["skipped"])["numbagraph"]
     assert why.startswith("failed") and "expected" in why and "softmax" in why
+
+
+@pytest.fixture(scope="module")
+def streams_run(tmp_path_factory):
+    """One quick run of the streams suite: exit status and JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "streams", "--out", str(out)])
+    return status, out, json.loads((out / "results.json").read_text())
+
+
+def test_streams_run_succeeds(streams_run):
+    status, out, doc = streams_run
+    assert status == 0
+    assert doc["suites"]["streams"]["error"] is None
+    assert doc["suites"]["streams"]["skipped"] == []
+    assert "streams" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize("case, peers", [
+    (streams.FORK, [streams.FORKED, streams.SEQUENTIAL]),
+    (streams.CHILD, [streams.AS_CHILD, streams.FLAT]),
+    (streams.STEP, [streams.PLAIN, streams.HOST, streams.READBACK]),
+])
+def test_streams_every_case_is_measured_by_each_of_its_peers(streams_run, case, peers):
+    _, _, doc = streams_run
+    rows = [r for r in doc["suites"]["streams"]["rows"] if r["case"] == case]
+    assert [r["peer"] for r in rows] == peers
+    assert all(r["value"] > 0 and r["trials"] and r["unit"] == streams.UNIT for r in rows)
+
+
+def test_streams_targets_are_judged(streams_run):
+    _, _, doc = streams_run
+    verdicts = {t["target"]: t for t in doc["targets"]}
+    expected = {t.name for t in TARGETS if t.suite == "streams"}
+    assert set(verdicts) == expected and len(expected) == 4
+    assert all("ratio" in v and v["verdict"] in {"PASS", "MISS", "n/a"}
+               for v in verdicts.values())
+
+
+def test_streams_suite_fails_a_fork_that_records_one_branch(tmp_path, monkeypatch):
+    # Without a fork, the launch on the second stream runs at once instead
+    # of being recorded: the graph holds one kernel of the two.
+    monkeypatch.setattr(ng, "fork", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(streams, "run", lambda ctx: _fork_case_only(ctx))
+    assert main(["--quick", "--suites", "streams", "--out", str(tmp_path)]) == 1
+    suite = json.loads((tmp_path / "results.json").read_text())["suites"]["streams"]
+    why = dict(suite["skipped"])[streams.FORKED]
+    assert why.startswith("failed") and "forked graph" in why
+    assert [r["peer"] for r in suite["rows"]] == [streams.SEQUENTIAL]
+
+
+def _fork_case_only(ctx):
+    result = SuiteResult(streams.NAME, streams.TITLE, streams.UNIT)
+    ctx.compare(result, streams.FORK,
+                {streams.FORKED: lambda: streams._fork(ctx, True),
+                 streams.SEQUENTIAL: lambda: streams._fork(ctx, False)}, unit=streams.UNIT)
+    return result
 
 
 def test_unknown_suite_is_refused(capsys):

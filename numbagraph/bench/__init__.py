@@ -10,6 +10,7 @@ Suites, in the order they run:
 * ``capture``   capture + instantiate cost, per launch captured
 * ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
 * ``memory``    graph-owned temporaries: replay, footprint, capture cost
+* ``streams``   forked streams, child graphs, host nodes, pinned read-backs
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
 * ``ops``       time per call of matmul, matvec, softmax, norms, max, take
 * ``apps``      the examples' own eager vs graph timings
@@ -19,11 +20,12 @@ Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import apps, bandwidth, capture_cost, eager, graphed, loop, memory, ops, replay
+from . import (apps, bandwidth, capture_cost, eager, graphed, loop, memory, ops, replay,
+               streams)
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, bandwidth, ops,
-                     apps)
+    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, streams,
+                     bandwidth, ops, apps)
 }

@@ -14,6 +14,7 @@ from .eager import CASE as EAGER, OP_CASE
 from .loop import DEVICE_LOOP, STEP
 from . import ops
 from .memory import FOOTPRINT_1, FOOTPRINT_8, OWNED, PREALLOCATED, REPLAY
+from . import streams
 
 __all__ = ["Target", "TARGETS", "evaluate"]
 
@@ -98,6 +99,7 @@ def _targets() -> list[Target]:
         Target("8 graphs' graph-owned temporaries on one stream <= 1.25x one graph's",
                "memory", FOOTPRINT_8, OWNED, FOOTPRINT_1, OWNED, 1.25),
     ]
+    found += _streams_targets()
     found += [
         Target(f"capture+instantiate of {n} launches <= 1.2x cuda.core", "capture",
                f"{n} launches", "numbagraph", f"{n} launches", "cuda.core", 1.2)
@@ -130,6 +132,26 @@ def _targets() -> list[Target]:
         found.append(Target(f"{op}_into bandwidth >= 1.0x PyTorch out=", "bandwidth",
                             op, "numbagraph", op, "PyTorch", 1.0, True))
     found += _ops_targets()
+    return found
+
+
+def _streams_targets() -> list[Target]:
+    """Two forked half-GPU kernels in about the time of one; a child graph
+    replayed as fast as the same launches flat; a host node or a pinned
+    read-back adding at most 2 us to a replay-loop step."""
+    s = streams
+    found = [
+        Target("2 half-GPU kernels forked by ng.fork replay in <= 0.6x their sequence",
+               s.NAME, s.FORK, s.FORKED, s.FORK, s.SEQUENTIAL, 0.6),
+        Target(f"{s.NODES} launches as a child graph replay per node <= 1.05x flat",
+               s.NAME, s.CHILD, s.AS_CHILD, s.CHILD, s.FLAT, 1.05),
+    ]
+    found += [
+        Target(f"{what} in a replay-loop step adds <= 2 us", s.NAME, s.STEP, peer,
+               s.STEP, s.PLAIN, 1.0, slack=2.0)
+        for what, peer in (("ng.on_host", s.HOST),
+                           ("read_async into a HostScalar", s.READBACK))
+    ]
     return found
 
 
