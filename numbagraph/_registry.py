@@ -44,13 +44,16 @@ class Session:
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
         "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block", "forks",
-        "blas",
+        "blas", "device",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
         self.stream = stream
         self.handle = handle
         self.key = key_of(handle)
+        # The ordinal of the device the capture records on: its stream's,
+        # which was current as it began.
+        self.device = 0
         self.mode = mode
         self.keepalive: list = []
         # The Thread object, not its ident: idents are reused after a thread

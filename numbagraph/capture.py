@@ -27,6 +27,7 @@ from .errors import (
     CaptureInvalidatedError,
     CaptureStateError,
     CaptureWarning,
+    DeviceMismatchError,
     NumbagraphError,
     translate_driver_error,
 )
@@ -108,6 +109,9 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
         The driver could not begin the capture (a driver
         ``CUDA_ERROR_STREAM_CAPTURE_*`` error is raised as the matching
         subclass).
+    DeviceMismatchError
+        ``stream`` belongs to another device than the current one; make its
+        device current (``with cuda.gpus[i]:``) for the capture.
     CudaInHostCallbackError
         Called from inside a host callback.
 
@@ -132,17 +136,36 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
             "forbids it. Create a stream with cuda.stream(), launch the work "
             "on it and capture that stream"
         )
+    device = _current_device_of(stream)
     _registry.forget_orphans()
     _registry.run_deferred()
     if mode == "global":
         with _registry.no_unsafe_calls:
-            _begin(stream, handle, mode)
+            _begin(stream, handle, mode, device)
     else:
         # Only this thread's calls are forbidden, and it makes none meanwhile.
-        _begin(stream, handle, mode)
+        _begin(stream, handle, mode, device)
 
 
-def _begin(stream: Any, handle: int, mode: str) -> None:
+def _current_device_of(stream: Any) -> int:
+    """The ordinal of the device ``stream`` belongs to, once sure it is the
+    current device: the kernels launched in the capture are compiled for
+    the current device, and the driver records them only onto a stream of
+    it."""
+    device = _backend.stream_device_id(stream)
+    if _backend.device_count() > 1:
+        current = _backend.current_device_id()
+        if device != current:
+            raise DeviceMismatchError(
+                f"cannot capture on {stream!r}, a stream of device {device}, while device "
+                f"{current} is current: the capture would compile and record its "
+                f"kernels for device {current}. Make device {device} current for "
+                f"the capture: `with cuda.gpus[{device}]: with ng.capture(s): ...` "
+                f"(or cuda.select_device({device}))")
+    return device
+
+
+def _begin(stream: Any, handle: int, mode: str, device: int) -> None:
     with _registry.lock:
         existing = _registry.on(handle)
         if existing is None:
@@ -160,7 +183,7 @@ def _begin(stream: Any, handle: int, mode: str) -> None:
                     "goes on"
                 )
             try:
-                _registry.add(stream, handle, mode)
+                _registry.add(stream, handle, mode).device = device
             except Exception as exc:
                 error = translate_driver_error(exc, repr(stream)) or CaptureError(
                     f"could not begin capture on {stream!r}: {exc}"
@@ -310,7 +333,7 @@ def end_capture(stream: Any) -> CapturedGraph:
             "The stream is usable and a new capture may begin"
         ) from exc
     graph = CapturedGraph(executable, session.stream, session.handle, session.keepalive,
-                          session.memory)
+                          session.memory, device=session.device)
     if not session.keepalive and executable.num_nodes == 0:
         warnings.warn(
             f"the capture on {stream!r} recorded nothing: no kernel, op, copy or "

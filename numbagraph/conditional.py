@@ -480,11 +480,12 @@ class ConditionalBlock:
                 f"{self._name} must open where its node was made ({c.frame.name}), "
                 f"not inside {blocks.current.name}"
             )
+        session = blocks.session
         if self._graph is not None:
+            self._graph._refuse_other_device(session, f"{self._name} (body=)")
             self._graph._embeddable(f"{self._name} (body=)")
         if c.node is None:
             c.add_node()
-        session = blocks.session
         _forks.guard_restart(session, f"opening {self._name}")
         session.restarts += 1
         try:

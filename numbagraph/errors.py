@@ -31,6 +31,7 @@ __all__ = [
     "StaleOutputError",
     "HostCallbackError",
     "CudaInHostCallbackError",
+    "DeviceMismatchError",
     "NumbagraphWarning",
     "CaptureWarning",
     "GraphedWarning",
@@ -173,6 +174,15 @@ class CudaInHostCallbackError(NumbagraphError, RuntimeError):
     function (the driver may deadlock), so numbagraph refuses it before the
     driver sees it. The exception is kept like any other the callback
     raises."""
+
+
+class DeviceMismatchError(NumbagraphError, ValueError):
+    """Work was given a stream, array or scalar of one device where another
+    device's is needed (a graph launched on a stream of another device, a
+    DeviceScalar of another device passed into a capture, a capture begun
+    on a stream whose device is not current), or an op's arrays live on
+    another device than its stream. Raised before anything is launched or
+    recorded; the message names both devices and the fix."""
 
 
 class NumbagraphWarning(UserWarning):

@@ -14,7 +14,8 @@ from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .errors import (
-    CaptureStateError, CaptureWarning, GraphClosedError, NumbagraphError, RebindError,
+    CaptureStateError, CaptureWarning, DeviceMismatchError, GraphClosedError, NumbagraphError,
+    RebindError,
 )
 from .safety import (
     embed_child, guard_child_graph, guard_graph_launch, guard_instantiation,
@@ -31,10 +32,13 @@ class _Resources:
     alive; its ``__del__`` is the finalizer, since a ``weakref.finalize`` per
     graph would add to every capture."""
 
-    __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed")
+    __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
+                 "device")
 
-    def __init__(self, executable: Any, keepalive: list, memory: Any = None):
+    def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
+        # The ordinal of the graph's device, on which its memory is freed.
+        self.device = device
         self.keepalive = keepalive
         # The memory the graph allocates (a _graphmem.GraphMemory), if any.
         self.memory = memory
@@ -70,7 +74,7 @@ class _Resources:
         release_when_idle(functools.partial(
             _free, executable, keepalive, set(self.launched), owned,
             None if memory is None else memory.stream,
-            None if memory is None else memory.stream_object))
+            None if memory is None else memory.stream_object, self.device))
 
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
@@ -85,7 +89,7 @@ class _Resources:
 
 
 def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[Any] = (),
-          last: int | None = None, last_stream: Any = None) -> None:
+          last: int | None = None, last_stream: Any = None, device: int = 0) -> None:
     """Destroy the executable (CUDA lets a running graph be destroyed: it
     goes once its work ends), free the graph-owned memory its last launch
     (on the stream ``last``) left allocated, in that stream's order, and
@@ -96,7 +100,12 @@ def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[
     if executable is not None:
         executable.close()
     if owned:
-        _backend.release_graph_memory(owned, last)
+        # Freed on the graph's device, whichever device is current.
+        if _backend.device_count() > 1 and _backend.current_device_id() != device:
+            with _backend.use_device(device):
+                _backend.release_graph_memory(owned, last)
+        else:
+            _backend.release_graph_memory(owned, last)
     if keepalive and launched and not _backend.frees_wait_for_device():
         for handle in launched:
             try:
@@ -153,10 +162,11 @@ class CapturedGraph:
     """
 
     def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list,
-                 memory: Any = None):
-        self._res = _Resources(executable, keepalive, memory)
+                 memory: Any = None, device: int = 0):
+        self._res = _Resources(executable, keepalive, memory, device)
         self._stream = stream
         self._handle = handle
+        self._device = device
         self._launchers: dict[int, Any] = {}
         self._nodes: tuple[_nodes.Node, ...] | None = None
 
@@ -188,6 +198,26 @@ class CapturedGraph:
     def _target(self, stream: Any) -> int:
         return self._handle if stream is None else _backend.stream_handle(stream)
 
+    @property
+    def device(self) -> int:
+        """The ordinal of the device the graph was captured on, where it
+        runs: it launches on streams of that device only."""
+        return self._device
+
+    def _check_device(self, stream: Any, handle: int, what: str) -> None:
+        """Refuse ``stream``, of another device than the graph's; checked once
+        per stream the graph launches on, before its first launch there."""
+        if stream is None or handle == self._handle or _backend.device_count() < 2:
+            return
+        device = _backend.stream_device_id(stream)
+        if device != self._device:
+            raise DeviceMismatchError(
+                f"{what}: the graph was captured on device {self._device} and runs "
+                f"there, but {stream!r} is a stream of device {device}. Launch it on "
+                f"a stream of device {self._device} (made with `with "
+                f"cuda.gpus[{self._device}]: s = cuda.stream()`), or capture the "
+                f"work again on device {device} for a graph of its own")
+
     def launch(self, stream: Any = None) -> None:
         """Replay the graph on ``stream`` (default: the capture stream).
 
@@ -197,6 +227,11 @@ class CapturedGraph:
         of the new graph runs it there. The node is a copy of this graph as
         it runs now; the new graph keeps the arrays and scalars it uses
         alive, whatever becomes of this one.
+
+        The graph runs on the device it was captured on
+        ([device][numbagraph.CapturedGraph.device]), whichever device is
+        current: the launch is made in that device's context. ``stream``
+        must belong to that device.
 
         Parameters
         ----------
@@ -225,6 +260,10 @@ class CapturedGraph:
             ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        DeviceMismatchError
+            ``stream`` (or the capture it records into) belongs to another
+            device than the graph's ([device][numbagraph.CapturedGraph.device]);
+            nothing was launched.
         HostCallbackError
             A host callback ([on_host][numbagraph.on_host]) raised since the
             last report: its exception, raised from this one; nothing was
@@ -265,6 +304,7 @@ class CapturedGraph:
         launch = self._launchers.get(handle)
         if launch is None:
             if handle != self._handle:
+                self._check_device(stream, handle, "graph.launch()")
                 self._warn_if_scalars_unordered(stream)
             launch = self._instantiated().launcher(handle)
             memory = self._res.memory
@@ -274,6 +314,17 @@ class CapturedGraph:
             self._launchers[handle] = launch
             self._res.launched.add(handle)
         launch()
+
+    def _refuse_other_device(self, session: Any, what: str) -> None:
+        """Refuse ``what``, which records the graph into the capture
+        ``session``, when that capture records on another device."""
+        if session.device != self._device:
+            raise DeviceMismatchError(
+                f"{what}: the graph was captured on device {self._device}, the capture "
+                f"on {session.stream!r} records on device {session.device}, and a "
+                "graph runs only on its own device. Capture the work on device "
+                f"{session.device} too, or launch the graph outside this capture. "
+                "Nothing was recorded")
 
     def _embeddable(self, what: str) -> Any:
         """The executable, once sure ``what`` may record the graph into a
@@ -287,6 +338,7 @@ class CapturedGraph:
         """Record the graph into the capture ``session``, on its stream
         ``handle``, as a child graph node."""
         what = "graph.launch() inside a capture"
+        self._refuse_other_device(session, what)
         executable = self._embeddable(what)
         self._warn_if_scalars_unordered(session.stream)
         embed_child(session, handle, executable, list(self._res.arrays()), what)
@@ -352,6 +404,7 @@ class CapturedGraph:
             _hostcalls.refuse_here("graph.upload()")
         if _captures:
             guard_graph_launch(handle, "graph.upload()")
+        self._check_device(stream, handle, "graph.upload()")
         self._instantiated().upload(handle)
 
     def update(self, other: "CapturedGraph") -> None:

@@ -53,6 +53,7 @@ from .errors import (
     AllocationInCaptureError,
     CaptureWarning,
     ConditionalError,
+    DeviceMismatchError,
     GraphMemoryError,
     ForeignStreamInCaptureError,
     HostArrayInCaptureError,
@@ -64,6 +65,7 @@ from .errors import (
 
 __all__ = [
     "on_launch",
+    "refuse_other_device",
     "allocation_allowed",
     "guard_allocation",
     "graph_allocation_session",
@@ -962,6 +964,10 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
                 or (session is not None and session.failure is not None)):
             launched = _check_launch(handle, kernel, args)
         if session is not None:
+            if wrapped and _backend.device_count() > 1:
+                for arg in args:
+                    if type(arg) in wrappers:
+                        refuse_other_device(arg, session, f"launching {_kernel_name(kernel)}")
             session.keepalive.append((kernel, args))
         args = launched
     elif check:
@@ -977,6 +983,22 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
 
 
 # ---------------------------------------------------------------- public
+
+def refuse_other_device(obj: Any, session: Any, operation: str) -> None:
+    """Refuse ``operation``, which gives ``obj`` (a device wrapper: a
+    DeviceScalar) to the capture ``session``, when ``obj`` lives on another
+    device than the one the capture records on."""
+    device = getattr(obj, "device", None)
+    if isinstance(device, int) and device != session.device:
+        raise DeviceMismatchError(
+            f"{operation}: {obj!r} lives on device {device}, but the capture on "
+            f"{session.stream!r} records on device {session.device}, and its graph "
+            f"would read memory of another device. Make the scalar on a stream of "
+            f"device {session.device} (`with cuda.gpus[{session.device}]: "
+            "s = cuda.stream()`, then ng.DeviceScalar(..., stream=s)). Nothing was "
+            "recorded")
+
+
 
 def guard_legacy_work(handle: int | None, operation: str,
                       instead: str = "do it on the capturing stream to record it, "

@@ -9,6 +9,7 @@ next replay on that stream.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import warnings
@@ -25,7 +26,7 @@ from .backend import active as _backend
 from .errors import CaptureWarning, ScalarValueError
 from .safety import (
     guard_allocation, guard_device_to_host, guard_host_to_device, guard_host_wait,
-    guard_legacy_work,
+    guard_legacy_work, refuse_other_device,
 )
 
 __all__ = ["DeviceScalar", "HostScalar", "SCALAR_DTYPES"]
@@ -146,6 +147,9 @@ class DeviceScalar:
         when omitted (int -> int64, float -> float64).
     stream
         The stream updates are ordered on; the default stream if omitted.
+        The value lives on that stream's device
+        ([device][numbagraph.DeviceScalar.device]), whichever device is
+        current; ``update`` and ``value`` work from any current device.
     name
         What to call the scalar where a graph's nodes are described
         ([CapturedGraph.nodes][numbagraph.CapturedGraph.nodes],
@@ -179,7 +183,7 @@ class DeviceScalar:
     """
 
     __slots__ = (
-        "_dtype", "_check", "_dev", "_stream", "_handle", "_store", "_name",
+        "_dtype", "_check", "_dev", "_stream", "_handle", "_store", "_name", "_device",
         "__weakref__",
     )
 
@@ -209,8 +213,10 @@ class DeviceScalar:
                 "create the DeviceScalar before the capture begins, then record "
                 "the value it must have at each replay with scalar.update(value) "
                 "inside the capture")
-        self._dev = cuda.to_device(initial, stream=self._stream)
-        self._store = _backend.scalar_store(self._dev, dtype, self._handle)
+        self._device = _backend.stream_device_id(self._stream)
+        with _on_device(self._device):
+            self._dev = cuda.to_device(initial, stream=self._stream)
+            self._store = _backend.scalar_store(self._dev, dtype, self._handle)
 
     @property
     def dtype(self) -> np.dtype:
@@ -226,6 +232,11 @@ class DeviceScalar:
     def name(self) -> str | None:
         """The name given when the scalar was made, or None."""
         return self._name
+
+    @property
+    def device(self) -> int:
+        """The ordinal of the device the value lives on: its stream's."""
+        return self._device
 
     def update(self, value: Any) -> None:
         """Set the device value, ordered on the scalar's stream.
@@ -303,8 +314,9 @@ class DeviceScalar:
                     "read scalar.value after the graph has run, or record "
                     "scalar.update(value) in the capture to set it")
                 guard_host_wait(self._handle, "DeviceScalar.value")
-            host = self._dev.copy_to_host(stream=self._stream)
-            _backend.synchronize(self._handle)
+            with _on_device(self._device):
+                host = self._dev.copy_to_host(stream=self._stream)
+                _backend.synchronize(self._handle)
         if _host_attention[0]:
             _hostcalls.report("DeviceScalar.value")
         return host[0].item()
@@ -380,6 +392,7 @@ class DeviceScalar:
                 guard_legacy_work(handle, "DeviceScalar.read_async() on the legacy default stream")
             else:
                 _registry.raise_if_invalidated(session)
+                refuse_other_device(self, session, "DeviceScalar.read_async()")
                 session.keep((self, into))
         _backend.copy_to_host_async(into._host, self._dev, handle)
         if _sessions and session is None:
@@ -400,6 +413,14 @@ class DeviceScalar:
 
 
 register_device_wrapper(DeviceScalar, DeviceScalar.inner)
+
+
+def _on_device(device: int) -> Any:
+    """A block with ``device`` current: the scalar's memory is allocated,
+    and read back, on its own device whichever device is current."""
+    if _backend.device_count() < 2 or _backend.current_device_id() == device:
+        return contextlib.nullcontext()
+    return _backend.use_device(device)
 
 
 class HostScalar:

@@ -209,11 +209,16 @@ class Executable:
         graph_exec = self.instantiate()
         stream = cu.CUstream(handle)
         graph_launch = cu.cuGraphLaunch
+        ctx = self._ctx
 
         def launch() -> None:
             err, = graph_launch(graph_exec, stream)
             if err:
-                raise DriverError("cuGraphLaunch", err)
+                # Another device is current: the launch is made again in the
+                # graph's own context; a launch that succeeds costs nothing more.
+                err = _again_in(ctx, err, graph_launch, graph_exec, stream)
+                if err:
+                    raise DriverError("cuGraphLaunch", err)
 
         return launch
 
@@ -461,6 +466,20 @@ def _release_queues(queues: tuple) -> None:
         queue._disable_count -= 1
 
 
+def _again_in(ctx: Any, err: Any, call: Callable[..., tuple], *args: Any) -> Any:
+    """The ``CUresult`` of ``call(*args)`` made again with ``ctx`` current,
+    after it failed with ``err``; ``err`` itself when ``ctx`` is unknown or
+    was current already (another try would fail alike)."""
+    failed, current = cu.cuCtxGetCurrent()
+    if ctx is None or (not failed and int(current) == int(ctx)):
+        return err
+    check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
+    try:
+        return call(*args)[0]
+    finally:
+        cu.cuCtxPopCurrent()
+
+
 # ---------------------------------------------------------------- scalars
 
 # struct codes of each scalar dtype, and of the unsigned word of its size.
@@ -496,6 +515,10 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     dtype = np.dtype(dtype)
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
     stream = cu.CUstream(handle)
+    # The stream's context, in which a store made while another device is
+    # current is made again.
+    err, ctx = cu.cuStreamGetCtx(handle)
+    ctx = None if err else ctx
     if dtype.itemsize in _MEMSETS:
         # Hot path (one call per replay-loop step): the value's bits are
         # worked out inline, as _bits_of does, without its extra call.
@@ -507,7 +530,9 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
             def store(value: Any) -> None:
                 err, = memset(dst, int(value) & mask, 1, stream)
                 if err:
-                    raise DriverError(name, err)
+                    err = _again_in(ctx, err, memset, dst, int(value) & mask, 1, stream)
+                    if err:
+                        raise DriverError(name, err)
 
             return store
 
@@ -517,7 +542,9 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
         def store(value: Any) -> None:
             err, = memset(dst, unpack(pack(value))[0], 1, stream)
             if err:
-                raise DriverError(name, err)
+                err = _again_in(ctx, err, memset, dst, unpack(pack(value))[0], 1, stream)
+                if err:
+                    raise DriverError(name, err)
 
         return store
 
@@ -529,7 +556,9 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
         buf[0] = value
         err, = copy(dst, src, nbytes, stream)
         if err:
-            raise DriverError("cuMemcpyHtoDAsync", err)
+            err = _again_in(ctx, err, copy, dst, src, nbytes, stream)
+            if err:
+                raise DriverError("cuMemcpyHtoDAsync", err)
 
     return store
 

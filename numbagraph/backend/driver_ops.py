@@ -3,6 +3,8 @@ arrays, the device's size for launch grids, zero fills and device copies."""
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ from numba import cuda
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
 from ..errors import OpError
+from ._streams import NAMED_HANDLES, stream_handle
 from .driver_base import check, raise_for
 
 THREADS_PER_BLOCK = 256
@@ -147,3 +150,62 @@ def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
     """Page-locked host memory mapped into the device's address space."""
     return cuda.mapped_array(size, dtype)
+
+
+# ---------------------------------------------------------------- devices
+
+@functools.cache
+def device_count() -> int:
+    """How many devices the process may use; fixed once CUDA is initialised."""
+    return len(cuda.gpus)
+
+
+# stream object -> the ordinal of its device: a stream never changes device,
+# and an entry goes with its stream, so a later stream at the same address
+# is asked again.
+_stream_devices: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def stream_device_id(stream: Any) -> int:
+    """The ordinal of the device ``stream`` belongs to (asked of the driver
+    once per stream object); the named default streams belong to the
+    current device."""
+    if not isinstance(stream, int):
+        try:
+            return _stream_devices[stream]
+        except (KeyError, TypeError):
+            pass
+    handle = stream_handle(stream)
+    if handle in NAMED_HANDLES:
+        return current_device_id()
+    ctx = check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
+    err, current = cu.cuCtxGetCurrent()
+    if not err and int(current) == int(ctx):
+        device = current_device_id()
+    else:
+        check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
+        try:
+            device = int(check("cuCtxGetDevice", cu.cuCtxGetDevice()))
+        finally:
+            cu.cuCtxPopCurrent()
+    if not isinstance(stream, int):
+        try:
+            _stream_devices[stream] = device
+        except TypeError:
+            pass  # an object that takes no weak reference is asked each time
+    return device
+
+
+def array_device_id(dev: Any) -> int | None:
+    """The ordinal of the device whose context numba allocated ``dev`` in
+    (a foreign array's view names the device current when it was made), or
+    None for anything but a numba device array."""
+    context = getattr(getattr(dev, "gpu_data", None), "context", None)
+    device = getattr(context, "device", None)
+    return None if device is None else int(device.id)
+
+
+def use_device(ordinal: int) -> Any:
+    """numba's own ``cuda.gpus[ordinal]``: the device's primary context made
+    current for the block."""
+    return cuda.gpus[ordinal]

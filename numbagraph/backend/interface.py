@@ -307,6 +307,26 @@ class Backend(Protocol):
     def current_device_id(self) -> int:
         """The ordinal of the calling thread's current device."""
 
+    # ------------------------------------------------------------ devices
+
+    def device_count(self) -> int:
+        """How many devices the process may use (ordinals ``0..n-1``)."""
+
+    def stream_device_id(self, stream: Any) -> int:
+        """The ordinal of the device ``stream`` (a stream object or a raw
+        handle) belongs to, asked of the driver once per stream object. The
+        default, legacy default and per-thread default streams belong to
+        the current device."""
+
+    def array_device_id(self, dev: Any) -> int | None:
+        """The ordinal of the device a numba device array's memory lives on,
+        read from what numba keeps with it (no driver call), or None when
+        ``dev`` is not a numba device array."""
+
+    def use_device(self, ordinal: int) -> Any:
+        """A context manager making device ``ordinal`` current on the calling
+        thread for its block, and the device current before it afterwards."""
+
     def launch_limits(self) -> tuple[int, int]:
         """(multiprocessors, threads per block) to size ops' grids from."""
 

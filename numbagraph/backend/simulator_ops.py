@@ -4,6 +4,7 @@ views of foreign arrays and the size of the simulated device."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -58,3 +59,27 @@ def launch_limits() -> tuple[int, int]:
     """(multiprocessors, threads per block): one small simulated device."""
     return 1, THREADS_PER_BLOCK
 
+
+# Numba's simulator has one device, ordinal 0; every stream and array is
+# on it, and the bookkeeping above the backend is the driver's.
+
+def device_count() -> int:
+    """The simulator has one device."""
+    return 1
+
+
+def stream_device_id(stream: Any) -> int:
+    """Every simulated stream belongs to device 0."""
+    return 0
+
+
+def array_device_id(dev: Any) -> int | None:
+    """Every simulated device array lives on device 0."""
+    return 0 if getattr(dev, "__cuda_ndarray__", False) else None
+
+
+def use_device(ordinal: int) -> Any:
+    """Device 0 is always current; the simulator has no other."""
+    if ordinal != 0:
+        raise ValueError(f"the simulator has one device, 0; there is no device {ordinal}")
+    return contextlib.nullcontext()

@@ -25,7 +25,7 @@ from .. import _hostcalls
 from .._graphmem import held as _graph_memory_held
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
-from ..errors import OpError
+from ..errors import DeviceMismatchError, OpError
 from ..safety import on_launch, order_foreign_operands
 from ..scalar import DeviceScalar
 
@@ -86,9 +86,36 @@ def launch_handle(stream: Any) -> int:
             "or any object with __cuda_stream__)"
         )
     try:
-        return _backend.stream_handle(stream)
+        handle = _backend.stream_handle(stream)
     except TypeError as exc:
         raise OpError(str(exc)) from exc
+    if _backend.device_count() > 1:
+        # Read by the call's launches, which check their arrays against it.
+        if len(_stream_devices) > 1024:
+            _stream_devices.clear()
+        _stream_devices[handle] = _backend.stream_device_id(stream)
+    return handle
+
+
+# The ordinal of the device of the stream each op call launches on, by
+# handle, written as the call begins where there are several devices (with
+# one, it stays empty: nothing to check). A remembered call launches the
+# same objects and checks nothing.
+_stream_devices: dict[int, int] = {}
+
+
+def _refuse_other_devices(device: int, args: tuple) -> None:
+    """Refuse a launch on a stream of ``device`` given an array or
+    DeviceScalar of another device, before anything is launched."""
+    for arg in args:
+        found = arg.device if type(arg) is DeviceScalar else _backend.array_device_id(arg)
+        if found is not None and found != device:
+            raise DeviceMismatchError(
+                f"an operand lives on device {found}, but the op launches on "
+                f"a stream of device {device}, where it cannot be read. Pass arrays "
+                f"and scalars of device {device}, or a stream of device {found} "
+                f"(made with `with cuda.gpus[{found}]: s = cuda.stream()`), "
+                "or copy the operand across first")
 
 
 class OpKernel:
@@ -105,6 +132,9 @@ class OpKernel:
         dispatcher = self.dispatcher
 
         def launch(*args: Any) -> None:
+            device = _stream_devices.get(handle)
+            if device is not None:
+                _refuse_other_devices(device, args)
             _backend.launch(dispatcher, grid, block, handle, args, on_launch)
             steps = _seen.steps
             if steps is not None:

@@ -1,0 +1,308 @@
+"""Several devices in one process: each graph, capture and DeviceScalar
+remembers its device, and work given a stream, array or scalar of another
+device is refused before anything is launched or recorded.
+
+The simulator has one device; the tests that model a second one replace the
+backend's answers about devices (which device a stream or array belongs to,
+which is current, how many there are) and check numbagraph's bookkeeping
+and refusals. The tests marked driver_only that need two GPUs run them on
+two real devices.
+"""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph.backend import active as backend
+from numbagraph.ops import _launch
+from conftest import device_zeros
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+@pytest.fixture
+def two_devices(monkeypatch):
+    """A model of two devices: device 0 current, the streams and arrays named
+    in ``on_one`` on device 1, everything else on device 0. Returns the
+    model, whose ``current`` and ``on_one`` a test may change."""
+
+    class Model:
+        current = 0
+        on_one: list = []
+        arrays = 0  # the device of the arrays not named in on_one
+
+        def stream_device(self, stream):
+            handle = backend.stream_handle(stream)
+            return 1 if any(backend.stream_handle(s) == handle for s in self.on_one
+                            if not hasattr(s, "__cuda_array_interface__")) else 0
+
+        def array_device(self, dev):
+            if not getattr(dev, "__cuda_ndarray__", False):
+                return None
+            ptr = backend.device_pointer(dev)
+            return 1 if any(hasattr(a, "__cuda_array_interface__")
+                            and backend.device_pointer(a) == ptr for a in self.on_one) \
+                else self.arrays
+
+    model = Model()
+    model.on_one = []
+    monkeypatch.setattr(backend, "device_count", lambda: 2)
+    monkeypatch.setattr(backend, "current_device_id", lambda: model.current)
+    monkeypatch.setattr(backend, "stream_device_id", model.stream_device)
+    monkeypatch.setattr(backend, "array_device_id", model.array_device)
+    monkeypatch.setattr(backend, "use_device", lambda ordinal: _Switch(model, ordinal))
+    yield model
+    _launch._stream_devices.clear()  # the devices of the modelled streams
+
+
+class _Switch:
+    """The model's device ``ordinal`` made current for a block."""
+
+    def __init__(self, model, ordinal):
+        self.model, self.ordinal = model, ordinal
+
+    def __enter__(self):
+        self.before, self.model.current = self.model.current, self.ordinal
+
+    def __exit__(self, *exc):
+        self.model.current = self.before
+
+
+@pytest.fixture
+def captured(stream):
+    """A graph adding one to ``x`` on ``stream``, and ``x``."""
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    stream.synchronize()
+    with ng.capture(stream) as cap:
+        add_one[1, 32, stream](x)
+    return cap.graph, x
+
+
+# ---------------------------------------------------------------- one device
+
+def test_a_graph_remembers_the_device_it_was_captured_on(captured):
+    graph, _ = captured
+    assert graph.device == backend.current_device_id()
+    assert isinstance(graph.device, int)
+
+
+def test_a_scalar_remembers_its_streams_device(stream):
+    pos = ng.DeviceScalar(3, dtype=np.int32, stream=stream)
+    assert pos.device == backend.stream_device_id(stream) == backend.current_device_id()
+
+
+def test_the_backend_counts_at_least_one_device():
+    assert backend.device_count() >= 1
+    assert 0 <= backend.current_device_id() < backend.device_count()
+
+
+def test_a_graph_launches_after_its_device_is_selected_again(captured, stream):
+    graph, x = captured
+    cuda.select_device(graph.device)
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
+# ---------------------------------------------------------------- captures
+
+def test_a_capture_on_a_stream_of_a_device_not_current_is_refused(two_devices, stream):
+    two_devices.on_one = [stream]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"device 1, while device 0 is current.*cuda\.gpus\[1\]"):
+        with ng.capture(stream):
+            pass
+    assert not ng.is_capturing(stream)
+
+
+def test_a_capture_records_the_device_it_is_on(two_devices, stream):
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    two_devices.on_one, two_devices.current = [stream], 1
+    with ng.capture(stream) as cap:
+        add_one[1, 32, stream](x)
+    assert cap.graph.device == 1
+
+
+# ---------------------------------------------------------------- graphs
+
+def test_a_launch_on_a_stream_of_another_device_is_refused_before_it_runs(
+        captured, two_devices, stream, other_stream):
+    graph, x = captured
+    two_devices.on_one = [other_stream]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"captured on device 0.*stream of device 1.*cuda\.gpus\[0\]"):
+        graph.launch(other_stream)
+    other_stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 1)
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
+def test_an_upload_on_a_stream_of_another_device_is_refused(captured, two_devices, other_stream):
+    graph, _ = captured
+    two_devices.on_one = [other_stream]
+    with pytest.raises(ng.DeviceMismatchError, match="graph.upload"):
+        graph.upload(other_stream)
+
+
+def test_a_launch_on_a_stream_of_its_own_device_runs_whatever_device_is_current(
+        captured, two_devices, stream, other_stream):
+    graph, x = captured
+    two_devices.current = 1
+    graph.launch(stream)
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 3)
+
+
+def test_a_graph_recorded_into_a_capture_on_another_device_is_refused(
+        captured, two_devices, other_stream):
+    graph, _ = captured
+    two_devices.on_one, two_devices.current = [other_stream], 1
+    with pytest.raises(ng.DeviceMismatchError, match="captured on device 0.*records on device 1"):
+        with ng.capture(other_stream):
+            graph.launch(other_stream)
+    assert not ng.is_capturing(other_stream)
+
+
+def test_a_graph_of_another_device_as_a_conditional_body_is_refused(
+        captured, two_devices, other_stream):
+    graph, _ = captured
+    two_devices.on_one, two_devices.current = [other_stream], 1
+    with pytest.raises(ng.DeviceMismatchError, match=r"body=.*captured on device 0"):
+        with ng.capture(other_stream):
+            taken = ng.Condition(default=1)
+            with ng.if_then(taken, body=graph):
+                pass
+    assert not ng.is_capturing(other_stream)
+
+
+# ---------------------------------------------------------------- scalars
+
+def test_a_scalar_of_another_device_given_to_a_capture_is_refused(
+        two_devices, stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    two_devices.on_one = [other_stream]
+    pos = ng.DeviceScalar(1.0, dtype=np.float32, stream=other_stream)
+    assert pos.device == 1
+    kernels.add[1, 32, stream](x, ng.DeviceScalar(1.0, dtype=np.float32, stream=stream))
+    stream.synchronize()
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"lives on device 1.*records on device 0.*cuda\.gpus\[0\]"):
+        with ng.capture(stream):
+            kernels.add[1, 32, stream](x, pos)
+    assert not ng.is_capturing(stream)
+
+
+def test_a_scalar_of_another_device_read_into_a_capture_is_refused(
+        two_devices, stream, other_stream):
+    two_devices.on_one = [other_stream]
+    pos = ng.DeviceScalar(1, dtype=np.int32, stream=other_stream)
+    seen = ng.HostScalar(np.int32)
+    with pytest.raises(ng.DeviceMismatchError, match="read_async"):
+        with ng.capture(stream):
+            pos.read_async(seen, stream=stream)
+
+
+def test_a_scalar_is_made_updated_and_read_on_its_own_device(
+        two_devices, other_stream, monkeypatch):
+    two_devices.on_one = [other_stream]
+    made_on = []
+    real_to_device = cuda.to_device
+
+    def to_device(*args, **kwargs):
+        made_on.append(two_devices.current)
+        return real_to_device(*args, **kwargs)
+
+    monkeypatch.setattr(cuda, "to_device", to_device)
+    pos = ng.DeviceScalar(5, dtype=np.int32, stream=other_stream)
+    monkeypatch.setattr(cuda, "to_device", real_to_device)
+    assert made_on == [1] and two_devices.current == 0
+    pos.update(7)
+    assert pos.value == 7
+    assert two_devices.current == 0
+
+
+# ---------------------------------------------------------------- ops
+
+def test_an_op_given_arrays_of_another_device_than_its_stream_is_refused(
+        two_devices, stream, other_stream):
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    ng.add_into(a, 1.0, out, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [other_stream]
+    with pytest.raises(ng.DeviceMismatchError, match=r"device 0.*stream of device 1"):
+        ng.add_into(a, 2.0, out, stream=other_stream)
+    other_stream.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0)
+
+
+def test_an_op_on_arrays_and_a_stream_of_one_device_runs(two_devices, stream):
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    two_devices.on_one, two_devices.arrays, two_devices.current = [stream], 1, 1
+    for _ in range(3):  # checked, then remembered
+        ng.add_into(a, 2.0, out, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 2.0)
+
+
+# ---------------------------------------------------------------- two GPUs
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+def test_a_graph_of_device_one_runs_with_device_zero_current():
+    with cuda.gpus[1]:
+        s1 = cuda.stream()
+        x = cuda.to_device(np.zeros(32, np.int32), stream=s1)
+        add_one[1, 32, s1](x)
+        pos = ng.DeviceScalar(0, dtype=np.int32, stream=s1)
+        with ng.capture(s1) as cap:
+            add_one[1, 32, s1](x)
+        s1.synchronize()
+    graph = cap.graph
+    assert graph.device == 1 and pos.device == 1
+    cuda.select_device(0)
+    graph.launch()
+    graph.launch(s1)
+    pos.update(9)
+    assert pos.value == 9
+    s1.synchronize()
+    with cuda.gpus[1]:
+        np.testing.assert_array_equal(x.copy_to_host(), 3)
+
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+def test_two_real_devices_refuse_what_crosses_them():
+    with cuda.gpus[1]:
+        s1 = cuda.stream()
+        x1 = cuda.to_device(np.zeros(32, np.float32), stream=s1)
+        pos1 = ng.DeviceScalar(1.0, dtype=np.float32, stream=s1)
+        add_one[1, 32, s1](x1)
+        with ng.capture(s1) as cap:
+            add_one[1, 32, s1](x1)
+        s1.synchronize()
+    with cuda.gpus[0]:
+        s0 = cuda.stream()
+        x0 = cuda.to_device(np.zeros(32, np.float32), stream=s0)
+        with pytest.raises(ng.DeviceMismatchError, match="device 1"):
+            cap.graph.launch(s0)
+        with pytest.raises(ng.DeviceMismatchError, match="device 1, while device 0"):
+            with ng.capture(s1):
+                pass
+        with pytest.raises(ng.DeviceMismatchError, match="operand lives on device 1"):
+            ng.add_into(x1, 1.0, x0, stream=s0)
+        with pytest.raises(ng.DeviceMismatchError, match="lives on device 1"):
+            with ng.capture(s0):
+                ng.add_into(x0, pos1, x0, stream=s0)
+        s0.synchronize()
