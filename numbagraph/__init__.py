@@ -24,6 +24,7 @@ from .launch import LaunchRecord, launch_record  # noqa: F401
 from .loops import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
 from .precompile import precompile  # noqa: F401
+from . import dist  # noqa: F401  (ng.dist; NCCL is imported at its first communicator)
 from .scalar import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
@@ -61,5 +62,5 @@ __all__ = [
     *_capture.__all__, *graph.__all__, *_nodes.__all__, *scalar.__all__, *conditional.__all__,
     *alloc.__all__, *errors.__all__, *ops.__all__, *_precompile.__all__, *_graphed.__all__, *_launch.__all__, *loops.__all__,
     *_host.__all__,
-    "fork",
+    "fork", "dist",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "ConditionalError",
     "RebindError",
     "GraphedError",
+    "DistError",
     "GraphMemoryError",
     "StaleOutputError",
     "HostCallbackError",
@@ -138,6 +139,16 @@ class GraphedError(NumbagraphError, TypeError):
     """A [graphed][numbagraph.graphed.graphed] function was called or written in a way
     it cannot replay: an argument that cannot be part of a signature (not
     hashable), or a return value that is not one of its array arguments."""
+
+
+class DistError(NumbagraphError, ValueError, RuntimeError):
+    """A collective ([numbagraph.dist][]) cannot run as asked: NCCL (the
+    ``nccl4py`` extra) is missing or refused, the launcher's environment
+    does not say how to reach the other ranks, the communicator is closed
+    or still used by a graph, or a collective's operands do not fit (a
+    dtype NCCL has no type for, sizes that do not match the world size, a
+    layout that is not contiguous, memory of another device). Operands are
+    checked before anything is launched or recorded."""
 
 
 class GraphMemoryError(NumbagraphError, RuntimeError):

@@ -18,7 +18,7 @@ LAYERS = [
     ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),
     ("scalar", "conditional", "alloc", "host", "fork"),
-    ("ops", "precompile", "graphed", "loops", "launch"),
+    ("ops", "precompile", "graphed", "loops", "launch", "dist"),
     ("bench", "soak", "__init__"),
 ]
 

@@ -20,6 +20,9 @@ BACKENDS["simulator"] += ("simulator_nodes",)
 # Each backend's several streams in one capture, and child graphs.
 BACKENDS["cuda"] += ("driver_streams",)
 BACKENDS["simulator"] += ("simulator_streams",)
+# Each backend's collectives.
+BACKENDS["cuda"] += ("driver_dist",)
+BACKENDS["simulator"] += ("simulator_dist",)
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

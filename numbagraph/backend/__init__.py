@@ -127,6 +127,13 @@ else:
     from . import driver_streams as _streams_of  # type: ignore[no-redef]
 _modules += (_streams_of,)
 
+# Each backend's collectives (NCCL on the driver, imported at first use).
+if _numba_config.ENABLE_CUDASIM:
+    from . import simulator_dist as _dist
+else:
+    from . import driver_dist as _dist  # type: ignore[no-redef]
+_modules += (_dist,)
+
 active: Backend = bind(_modules[0].NAME, *_modules)
 
 __all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

@@ -461,6 +461,38 @@ class Backend(Protocol):
         """Whether the graph ``executable`` runs holds a conditional node,
         which CUDA forbids in a child graph."""
 
+    # ------------------------------------------------------------ collectives
+
+    def dist_unavailable(self, size: int) -> str | None:
+        """Why a communicator of ``size`` ranks cannot be made here (NCCL,
+        through nccl4py, not installed or not loading; more than one rank
+        where processes cannot reach each other), or None when it can."""
+
+    def dist_unique_id(self) -> bytes:
+        """A new unique id (128 bytes) that every rank of one communicator
+        is given."""
+
+    def dist_communicator(self, unique_id: bytes, size: int, rank: int) -> Any:
+        """The communicator of ``size`` ranks named by ``unique_id``, this
+        process being ``rank``, on the current device; returns once every
+        rank has called it."""
+
+    def dist_buffer_device(self, dev: Any) -> int:
+        """The ordinal of the device whose memory a device array is."""
+
+    def dist_collective(self, comm: Any, kind: str, send: Any, recv: Any, count: int,
+                        datatype: int, op: int, root: int, handle: int) -> None:
+        """Enqueue the collective ``kind`` (``"all_reduce"``,
+        ``"broadcast"``, ``"reduce_scatter"``, ``"all_gather"``) of
+        ``count`` elements per rank (NCCL's count: of ``recv`` for a
+        reduce-scatter, of ``send`` for the others) of NCCL's ``datatype``
+        from ``send`` into ``recv`` (contiguous device arrays, checked by
+        the caller) on the stream: recorded into its capture, the library's
+        own nodes, while it captures."""
+
+    def dist_close(self, comm: Any) -> None:
+        """Finish the communicator's work and free it (every rank calls it)."""
+
 
 def _members() -> tuple[str, ...]:
     names = [name for name in vars(Backend) if not name.startswith("_")]

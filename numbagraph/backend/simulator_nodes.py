@@ -25,6 +25,7 @@ import numpy as np
 from .interface import NodeInfo
 from .simulator import _copy_to_device, _device_to_device, _device_to_host, _run, _store_scalar
 from .simulator_conditional import _Node
+from .simulator_dist import _one_rank
 from .simulator_memory import _make, _unmake
 from .simulator_streams import ChildGraph
 
@@ -112,6 +113,10 @@ def _infos(call: Any) -> Iterator[NodeInfo]:
         yield NodeInfo("memcpy", nbytes=args[0].nbytes, direction="device to device")
     elif func is _device_to_host:
         yield NodeInfo("memcpy", nbytes=args[0].nbytes, direction="device to host")
+    elif func is _one_rank:
+        # NCCL's collective of one rank: a copy of its input into its output.
+        yield NodeInfo("memcpy", nbytes=int(args[2]) * args[0].itemsize,
+                       direction="device to device")
     elif func is _make or func is _unmake:
         yield NodeInfo("memory", nbytes=args[1].nbytes,
                        action="alloc" if func is _make else "free")
