@@ -40,7 +40,7 @@ from ._rebind import Fixed, span
 from ._registry import LEGACY_DEFAULT_HANDLES
 from ._registry import sessions as _sessions
 from .backend import active as _backend
-from .errors import DistError
+from .errors import DeviceMismatchError, DistError
 from .ops import _launch
 from .safety import check_graph_memory, guard_legacy_work
 
@@ -504,23 +504,25 @@ def _count(kind: str, x: Any, out: Any, size: int, name: str) -> int:
     return int(x.size)
 
 
-def _check_memory(kind: str, x: Any, out: Any, comm: Communicator, name: str) -> None:
+def _check_memory(kind: str, x: Any, out: Any, comm: Communicator, stream: Any,
+                  name: str) -> None:
     _, x0, x1 = span(x)
     _, o0, o1 = span(out)
     if x0 < o1 and o0 < x1 and not (kind in ("all_reduce", "broadcast") and (x0, x1) == (o0, o1)):
         raise DistError(f"{name}: x and out overlap; they must be the same array "
                         "(all_reduce_into and broadcast_into work in place) or apart")
-    current_device = _backend.current_device_id()
-    if current_device != comm.device:
-        raise DistError(f"{name}: the current device is {current_device} but the "
-                        f"communicator's is {comm.device}; run its collectives with device "
-                        f"{comm.device} current (cuda.select_device({comm.device}))")
+    where = _backend.stream_device_id(stream)
+    if where != comm.device:
+        raise DeviceMismatchError(
+            f"{name}: the stream belongs to device {where} and the communicator to device "
+            f"{comm.device}; pass a stream of device {comm.device}")
     for what, dev in (("x", x), ("out", out)):
         if dev.size:
             where = _backend.dist_buffer_device(dev)
             if where != comm.device:
-                raise DistError(f"{name}: {what} is memory of device {where}, and the "
-                                f"communicator's device is {comm.device}")
+                raise DeviceMismatchError(
+                    f"{name}: {what} is memory of device {where} and the communicator's "
+                    f"device is {comm.device}; pass arrays of device {comm.device}")
 
 
 _INSTEAD = ("Capture the work again with the new arrays: NCCL's nodes hold the addresses "
@@ -541,7 +543,7 @@ def _collective(kind: str, x: Any, out: Any, op: Any, root: int, stream: Any,
     datatype = _datatype(x_dev, out_dev, name)
     code = _op(op, name) if kind in ("all_reduce", "reduce_scatter") else 0
     count = _count(kind, x_dev, out_dev, comm.size, name)
-    _check_memory(kind, x_dev, out_dev, comm, name)
+    _check_memory(kind, x_dev, out_dev, comm, stream, name)
     arrays = (x_dev, out_dev)
     if _graphmem.held[0]:
         check_graph_memory(arrays, handle, name)
@@ -592,6 +594,8 @@ def all_reduce_into(x: Any, out: Any, op: str = "sum", *, stream: Any,
     DistError
         Operands that do not fit, a closed communicator, or a conditional
         body; raised before anything is launched or recorded.
+    DeviceMismatchError
+        The stream or an array is not of the communicator's device.
 
     Examples
     --------

@@ -147,8 +147,9 @@ class DistError(NumbagraphError, ValueError, RuntimeError):
     does not say how to reach the other ranks, the communicator is closed
     or still used by a graph, or a collective's operands do not fit (a
     dtype NCCL has no type for, sizes that do not match the world size, a
-    layout that is not contiguous, memory of another device). Operands are
-    checked before anything is launched or recorded."""
+    layout that is not contiguous, overlapping arrays). Operands are checked
+    before anything is launched or recorded; a stream or array of another
+    device than the communicator's raises DeviceMismatchError."""
 
 
 class GraphMemoryError(NumbagraphError, RuntimeError):

@@ -300,9 +300,9 @@ def test_a_graph_keeps_its_communicator_open_until_it_is_closed(comm, stream):
 
 # ---------------------------------------------------------------- refusals
 
-def _refused(call, says, *outs, stream):
+def _refused(call, says, *outs, stream, error=ng.DistError):
     before = [o.copy_to_host(stream=stream) for o in outs]
-    with pytest.raises(ng.DistError, match=says):
+    with pytest.raises(error, match=says):
         call()
     for o, b in zip(outs, before):
         np.testing.assert_array_equal(o.copy_to_host(stream=stream), b)
@@ -352,6 +352,16 @@ def test_bad_arguments_are_refused(comm, stream):
              out, stream=stream)
     _refused(lambda: ng.dist.all_reduce_into(x, out, stream=stream, comm="world"),
              "takes an ng.dist.Communicator", out, stream=stream)
+
+
+def test_a_stream_of_another_device_than_the_communicators_is_refused(comm, stream,
+                                                                     monkeypatch):
+    x = on_device(np.ones(4, np.float32), stream)
+    out = on_device(np.zeros(4, np.float32), stream)
+    monkeypatch.setattr(comm, "device", comm.device + 1)
+    _refused(lambda: ng.dist.all_reduce_into(x, out, stream=stream),
+             f"the stream belongs to device {comm.device - 1}", out, stream=stream,
+             error=ng.DeviceMismatchError)
 
 
 def test_a_closed_communicator_is_refused(comm, stream):
