@@ -42,10 +42,10 @@ def matvec(stream, a, x):
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int32, np.int64], ids=str)
-@pytest.mark.parametrize("m, k", [(3, 1), (2, 31), (2, 33), (3, 97), (2, 255), (2, 257),
-                                  (1, 300), (4, 512), (20, 45)], ids=str)
+@pytest.mark.parametrize("m, k", [(3, 1), (2, 31), (2, 33), (3, 97), (2, 127), (2, 129),
+                                  (1, 200), (4, 256), (20, 45)], ids=str)
 def test_matvec_rows_of_any_length(stream, dtype, m, k):
-    # K around a warp (32) and the unrolled step (256); 1 row; more rows
+    # K around a warp (32) and the unrolled step (128); 1 row; more rows
     # than the simulated grid has warps (8), so blocks step through rows.
     a, x = host(dtype, (m, k), seed=m + k), host(dtype, k, seed=k)
     check(matvec(stream, a, x), a, x)
@@ -148,3 +148,32 @@ def test_matvec_refuses_a_missing_stream():
     with pytest.raises(ng.OpError, match="stream"):
         ng.matvec_into(ng.empty((2, 2), np.float32), ng.empty(2, np.float32),
                        ng.empty(2, np.float32), stream=None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32], ids=str)
+@pytest.mark.parametrize("m, k", [(37, 45), (9, 300), (64, 129)], ids=str)
+def test_rows_read_together_give_the_bits_of_one_row_per_warp(stream, dtype, m, k,
+                                                               monkeypatch):
+    from numbagraph.ops import linalg
+
+    a, x = host(dtype, (m, k), seed=m), host(dtype, k, seed=k)
+    got = {}
+    for together in (1, 2, 4):
+        monkeypatch.setattr(linalg, "MATVEC_ROWS_PER_WARP", (together,))
+        monkeypatch.setattr(linalg, "MATVEC_BLOCKS_PER_SM", 0)
+        got[together] = matvec(stream, a, x)
+    np.testing.assert_array_equal(got[2], got[1])
+    np.testing.assert_array_equal(got[4], got[1])
+    check(got[4], a, x)
+
+
+def test_warps_read_more_rows_at_once_only_while_the_grid_stays_full():
+    from numbagraph.ops.linalg import MATVEC_BLOCKS_PER_SM, matvec_rows_per_warp
+
+    sms, warps = 132, 8
+    full = MATVEC_BLOCKS_PER_SM * sms * warps          # rows that fill the grid one per warp
+    assert matvec_rows_per_warp(full - 1, warps, sms) == 1
+    assert matvec_rows_per_warp(2 * full, warps, sms) == 2
+    assert matvec_rows_per_warp(4 * full, warps, sms) == 4
+    assert matvec_rows_per_warp(32000, warps, sms) == 4
+    assert matvec_rows_per_warp(4096, warps, sms) == 1

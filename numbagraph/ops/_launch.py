@@ -13,6 +13,7 @@ again on every call as numba's launch does.
 from __future__ import annotations
 
 import functools
+import linecache
 import threading
 import weakref
 from typing import Any, Callable
@@ -40,6 +41,7 @@ __all__ = [
     "array_type",
     "scalar_type",
     "compute_type",
+    "generated",
     "INDEX",
     "repeatable",
     "device_step",
@@ -332,3 +334,16 @@ def compute_type(dtype: np.dtype) -> types.Type:
     if dtype == np.float16:
         return types.float32
     return from_dtype(dtype)
+
+
+def generated(name: str, source: str, namespace: dict[str, Any]) -> Callable:
+    """The function ``name`` defined by ``source``, Python written out by a
+    kernel factory (unrolled loops, one variable per register), with
+    ``namespace`` as its globals. The source is registered with ``linecache``
+    under a file name of its own, so numba's errors and a graph's node
+    descriptions can show its lines."""
+    filename = f"<numbagraph generated {name} {abs(hash(source)):x}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = dict(namespace)
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own source text
+    return scope[name]

@@ -4,7 +4,8 @@
 elements ``l, l + 32, ...`` of the row (so a warp's loads are coalesced)
 into four accumulators, four independent loads at a time, and the lanes'
 sums combine through shared memory; the order of the sums depends on ``K`` alone,
-so results are deterministic.
+so results are deterministic. Where the matrix has rows enough, each warp
+reads two or four rows at once, to keep more loads in flight.
 ``matmul_into`` calls cuBLAS on the driver where nvmath-python is installed
 (numbagraph.ops._blas says when), and otherwise runs a kernel tiled through
 shared memory: each block computes a square tile of ``out``, stepping tiles
@@ -93,12 +94,13 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     sms, threads = _launch.limits()
     warps = max(1, min(_MATVEC_THREADS, threads) // _WARP)
     arr = _launch.array_type(dtype)
+    together = matvec_rows_per_warp(rows, warps, sms)
     kernel = _launch.compiled(
-        ("matvec", dtype.str, warps),
-        lambda: (_matvec_kernel(dtype, warps),
+        ("matvec", dtype.str, warps, together),
+        lambda: (_matvec_kernel(dtype, warps, together),
                  (arr, arr, arr, _launch.INDEX, _launch.INDEX)),
     )
-    blocks = min(-(-rows // warps), sms * _launch.BLOCKS_PER_SM, _MAX_GRID)
+    blocks = min(-(-rows // (warps * together)), _MAX_GRID)
     kernel[blocks, warps * _WARP, launch_on](flat(a_dev), x_dev, out_dev, rows, cols)
 
 
@@ -107,76 +109,91 @@ _MATVEC_THREADS = 256
 _WARP = 32
 
 
-def _matvec_kernel(dtype: np.dtype, warps: int) -> Callable:
-    """``(a, x, out, rows, cols)``, ``a`` flattened row-major: warp ``w`` of
-    block ``b`` computes row ``b * warps + w``, then every ``gridDim.x *
-    warps``-th row after it. Float16 sums in float32, int32 in int64.
+# Rows each warp reads at once, chosen so that the grid still has at least
+# MATVEC_BLOCKS_PER_SM blocks per multiprocessor: more rows in flight per
+# warp keep more loads in flight, fewer blocks leave multiprocessors idle.
+MATVEC_ROWS_PER_WARP = (4, 2, 1)
+MATVEC_BLOCKS_PER_SM = 2
+# Loads of each row every lane has in flight per step.
+_MATVEC_UNROLL = 4
 
-    The lanes combine through shared memory (one kernel on both backends:
-    the simulator has no warp shuffles), in a fixed order, each block
-    stepping through its rows together so that all its threads meet every
-    barrier.
-    """
+
+def matvec_rows_per_warp(rows: int, warps: int, sms: int) -> int:
+    """How many rows each warp of a ``warps``-warp block reads at once."""
+    for r in MATVEC_ROWS_PER_WARP:
+        if -(-rows // (warps * r)) >= MATVEC_BLOCKS_PER_SM * sms:
+            return r
+    return 1
+
+
+def _matvec_source(together: int, unroll: int) -> str:
+    """Source of ``matvec(a, x, out, rows, cols)``: warp ``w`` of block ``b``
+    computes rows ``(b * warps + w) * together + r`` for ``r`` below
+    ``together``, all at once, then the rows ``gridDim.x * warps *
+    together`` further on. Lane ``lane`` takes a row's elements ``lane + 32
+    j``, element ``j`` into accumulator ``j % unroll``; each step issues
+    ``unroll`` loads of ``x`` and of every row before their sums. A row's
+    accumulators meet as ``(s0 + s1) + (s2 + s3)`` and its lanes in a fixed
+    tree through shared memory, so its result does not depend on
+    ``together``."""
+    rows_, us = range(together), range(unroll)
+    lines = [
+        "def matvec(a, x, out, rows, cols):",
+        "    sh = cuda.shared.array(THREADS, ACC)",
+        "    tid = cuda.threadIdx.x",
+        "    lane = tid % 32",
+        f"    first = (int64(cuda.blockIdx.x) * WARPS + tid // 32) * {together}",
+        f"    while first - (tid // 32) * {together} < rows:",
+    ]
+    for r in rows_:
+        lines += [f"        row{r} = first + {r}",
+                  f"        base{r} = row{r} * cols if row{r} < rows else int64(0)"]
+        lines += [f"        s{r}_{u} = ZERO" for u in us]
+    lines += ["        c = int64(lane)",
+              f"        while c + {(unroll - 1) * 32} < cols:"]
+    lines += [f"            x{u} = ACC(x[c + {u * 32}])" for u in us]
+    lines += [f"            a{r}_{u} = ACC(a[base{r} + c + {u * 32}])" for r in rows_ for u in us]
+    lines += [f"            s{r}_{u} += a{r}_{u} * x{u}" for r in rows_ for u in us]
+    lines += [f"            c += {unroll * 32}",
+              "        while c < cols:",
+              "            xv = ACC(x[c])"]
+    lines += [f"            s{r}_0 += ACC(a[base{r} + c]) * xv" for r in rows_]
+    lines += ["            c += 32"]
+    for r in rows_:
+        lines += [f"        sh[tid] = {_pairwise([f's{r}_{u}' for u in us])}",
+                  "        cuda.syncthreads()",
+                  "        offset = 16",
+                  "        while offset > 0:",
+                  "            if lane < offset:",
+                  "                sh[tid] += sh[tid + offset]",
+                  "            cuda.syncthreads()",
+                  "            offset //= 2",
+                  f"        if lane == 0 and row{r} < rows:",
+                  f"            out[row{r}] = sh[tid]",
+                  "        cuda.syncthreads()"]
+    lines += [f"        first += int64(cuda.gridDim.x) * WARPS * {together}"]
+    return "\n".join(lines) + "\n"
+
+
+def _pairwise(terms: list[str]) -> str:
+    """``terms`` summed as a balanced tree: ``(s0 + s1) + (s2 + s3)``."""
+    while len(terms) > 1:
+        terms = [f"({terms[i]} + {terms[i + 1]})" if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _matvec_kernel(dtype: np.dtype, warps: int, together: int) -> Callable:
+    """``(a, x, out, rows, cols)``, ``a`` flattened row-major, one warp per
+    ``together`` rows (:func:`_matvec_source`). Float16 sums in float32,
+    int32 in int64. The lanes combine through shared memory (one kernel on
+    both backends: the simulator has no warp shuffles), each block stepping
+    through its rows together so that all its threads meet every barrier."""
     acc_np = _rk.additive_accumulator(dtype)
-    acc = from_dtype(acc_np)
-    zero = acc_np.type(0)
-    threads = warps * _WARP
-    int64 = types.int64
-
-    @cuda.jit(device=True)
-    def lane_sum(a, x, base, cols, lane):
-        """Lane ``lane``'s share of row ``a[base:base + cols]`` times ``x``:
-        elements ``lane + 32 j``, element ``j`` into accumulator ``j % 8``;
-        eight loads of the row are issued before their sums."""
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-        c = int64(lane)
-        while c + 7 * _WARP < cols:
-            u0 = acc(a[base + c])
-            u1 = acc(a[base + c + _WARP])
-            u2 = acc(a[base + c + 2 * _WARP])
-            u3 = acc(a[base + c + 3 * _WARP])
-            u4 = acc(a[base + c + 4 * _WARP])
-            u5 = acc(a[base + c + 5 * _WARP])
-            u6 = acc(a[base + c + 6 * _WARP])
-            u7 = acc(a[base + c + 7 * _WARP])
-            s0 += u0 * acc(x[c])
-            s1 += u1 * acc(x[c + _WARP])
-            s2 += u2 * acc(x[c + 2 * _WARP])
-            s3 += u3 * acc(x[c + 3 * _WARP])
-            s4 += u4 * acc(x[c + 4 * _WARP])
-            s5 += u5 * acc(x[c + 5 * _WARP])
-            s6 += u6 * acc(x[c + 6 * _WARP])
-            s7 += u7 * acc(x[c + 7 * _WARP])
-            c += 8 * _WARP
-        while c < cols:
-            s0 += acc(a[base + c]) * acc(x[c])
-            c += _WARP
-        return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-
-    def matvec_shared(a, x, out, rows, cols):
-        sh = cuda.shared.array(threads, acc)
-        tid = cuda.threadIdx.x
-        lane = tid % _WARP
-        first = int64(cuda.blockIdx.x) * warps
-        while first < rows:
-            row = first + tid // _WARP
-            total = zero
-            if row < rows:
-                total = lane_sum(a, x, row * cols, cols, lane)
-            sh[tid] = total
-            cuda.syncthreads()
-            offset = _WARP // 2
-            while offset > 0:
-                if lane < offset:
-                    sh[tid] += sh[tid + offset]
-                cuda.syncthreads()
-                offset //= 2
-            if lane == 0 and row < rows:
-                out[row] = sh[tid]
-            cuda.syncthreads()
-            first += int64(cuda.gridDim.x) * warps
-
-    return matvec_shared
+    return _launch.generated(
+        "matvec", _matvec_source(together, _MATVEC_UNROLL),
+        {"cuda": cuda, "int64": types.int64, "ACC": from_dtype(acc_np),
+         "ZERO": acc_np.type(0), "THREADS": warps * _WARP, "WARPS": warps})
 
 
 def _tile_size() -> int:

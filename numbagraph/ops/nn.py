@@ -120,77 +120,76 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
     return kernel
 
 
+def _held_rows_source(per: int) -> str:
+    """Source of ``rows_held``, ``_rows_kernel``'s kernel for rows of at most ``per *
+    THREADS`` elements: thread ``tid`` reads its elements ``tid + k *
+    THREADS`` of a row into ``h0 .. h{per-1}``, every load issued before
+    the first is used, and holds them for every pass. Each pass adds them
+    in the order of ``k``, as ``_rows_kernel`` does, so the results are the
+    same bits."""
+    ks = range(per)
+    lines = [
+        "def rows_held(x, w, has_w, b, has_b, out, rows, cols, eps, kind):",
+        "    sh = cuda.shared.array(THREADS, ACC)",
+        "    tid = int64(cuda.threadIdx.x)",
+        "    r = int64(cuda.blockIdx.x)",
+        "    while r < rows:",
+        "        base = r * cols",
+    ]
+    lines += [f"        j{k} = tid + {k} * THREADS" for k in ks]
+    lines += [f"        h{k} = ACC(x[base + j{k}]) if j{k} < cols else ZERO" for k in ks]
+
+    def each(body: list[str], indent: str = "        ") -> list[str]:
+        """``body`` for every held element in the row, ``{k}`` its number."""
+        out = []
+        for k in ks:
+            out.append(f"{indent}if j{k} < cols:")
+            out += [f"{indent}    " + line.replace("{k}", str(k)) for line in body]
+        return out
+
+    lines += ["        if kind == SOFTMAX:",
+              "            top = LOWEST"]
+    lines += each(["top = nan_max(top, h{k})"], "            ")
+    lines += ["            top = tree_max(sh, top, tid)",
+              "            total = ZERO"]
+    lines += each(["h{k} = math.exp(h{k} - top)", "total += h{k}"], "            ")
+    lines += ["            total = tree_sum(sh, total, tid)"]
+    lines += each(["out[base + j{k}] = h{k} / total"], "            ")
+    lines += ["        else:",
+              "            mean = ZERO",
+              "            if kind == LAYERNORM:",
+              "                total = ZERO"]
+    lines += each(["total += h{k}"], "                ")
+    lines += ["                mean = tree_sum(sh, total, tid) / ACC(cols)",
+              "            squares = ZERO"]
+    lines += each(["d = h{k} - mean", "squares += d * d"], "            ")
+    lines += ["            inv = ONE / math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
+    lines += each(["v = (h{k} - mean) * inv",
+                   "if has_w:", "    v = v * ACC(w[j{k}])",
+                   "if has_b:", "    v = v + ACC(b[j{k}])",
+                   "out[base + j{k}] = v"], "            ")
+    lines += ["        r += cuda.gridDim.x"]
+    return "\n".join(lines) + "\n"
+
+
 def _held_rows_kernel(dtype: np.dtype, threads: int, per: int) -> Callable:
-    """``_rows_kernel`` for rows of at most ``per * threads`` elements: each
-    thread reads its elements ``tid + k * threads`` of a row once, all of
-    them before any is used, and holds them for every pass. The sums run in
-    the order ``_rows_kernel``'s do, so the results are the same bits."""
+    """``_rows_kernel`` for rows of at most ``per * threads`` elements, each
+    thread holding its elements in registers (:func:`_held_rows_source`)."""
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-    acc = _launch.scalar_type(acc_np)
-    zero, one = acc_np.type(0), acc_np.type(1)
-    lowest = acc_np.type(-np.inf)
-    int64 = types.int64
-
-    tree_sum = block_tree(threads, add)
-    tree_max = block_tree(threads, nan_max)
-
-    def kernel(x, w, has_w, b, has_b, out, rows, cols, eps, kind):
-        sh = cuda.shared.array(threads, acc)
-        held = cuda.local.array(per, acc)
-        tid = int64(cuda.threadIdx.x)
-        r = int64(cuda.blockIdx.x)
-        while r < rows:
-            base = r * cols
-            for k in range(per):
-                if tid + k * threads < cols:
-                    held[k] = acc(x[base + tid + k * threads])
-            if kind == SOFTMAX:
-                top = lowest
-                for k in range(per):
-                    if tid + k * threads < cols:
-                        top = nan_max(top, held[k])
-                top = tree_max(sh, top, tid)
-                total = zero
-                for k in range(per):
-                    if tid + k * threads < cols:
-                        held[k] = math.exp(held[k] - top)
-                        total += held[k]
-                total = tree_sum(sh, total, tid)
-                for k in range(per):
-                    if tid + k * threads < cols:
-                        out[base + tid + k * threads] = held[k] / total
-            else:
-                mean = zero
-                if kind == LAYERNORM:
-                    total = zero
-                    for k in range(per):
-                        if tid + k * threads < cols:
-                            total += held[k]
-                    mean = tree_sum(sh, total, tid) / acc(cols)
-                squares = zero
-                for k in range(per):
-                    if tid + k * threads < cols:
-                        d = held[k] - mean
-                        squares += d * d
-                inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
-                for k in range(per):
-                    j = tid + k * threads
-                    if j < cols:
-                        v = (held[k] - mean) * inv
-                        if has_w:
-                            v = v * acc(w[j])
-                        if has_b:
-                            v = v + acc(b[j])
-                        out[base + j] = v
-            r += cuda.gridDim.x
-
-    return kernel
+    return _launch.generated("rows_held", _held_rows_source(per), {
+        "cuda": cuda, "math": math, "int64": types.int64, "nan_max": nan_max,
+        "tree_sum": block_tree(threads, add), "tree_max": block_tree(threads, nan_max),
+        "ACC": _launch.scalar_type(acc_np), "ZERO": acc_np.type(0), "ONE": acc_np.type(1),
+        "LOWEST": acc_np.type(-np.inf), "THREADS": threads,
+        "SOFTMAX": SOFTMAX, "LAYERNORM": LAYERNORM})
 
 
 def held_per_thread(cols: int, threads: int) -> int:
     """Elements each thread holds for rows of ``cols`` (a power of two from
     4 to HELD_MOST), or 0 when a row is longer than that: then
     ``_rows_kernel`` reads it once per pass."""
+    if not HELD_MOST:
+        return 0
     per = 4
     while per * threads < cols and per < HELD_MOST:
         per *= 2
