@@ -20,7 +20,10 @@ host nodes and pinned read-backs cost a replay.
   after it (a copy node). Host clock over N launches, stopped after the
   stream synchronises; time per step. Before timing, three launches must
   advance the counter by three, call the callback three times and leave
-  three in the HostScalar.
+  three in the HostScalar. A fourth variant records a host node whose
+  function is C (libc's ``free`` of a null pointer, which does nothing),
+  straight through the driver's ``cuLaunchHostFunc``: the driver's own
+  cost of a host node, under any Python callback's.
 
 Every case times its peers round-robin, trial by trial, median of the
 trials.
@@ -28,6 +31,8 @@ trials.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from typing import Any, Callable
 
 import numpy as np
@@ -36,13 +41,13 @@ from numba import cuda
 import numbagraph as ng
 from numbagraph.backend import active as _backend
 
-from .core import Context, SuiteResult
+from .core import Context, PeerMissing, SuiteResult
 from .kernels import tiny
 from .peers import numba_tiny
 from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "UNIT", "run", "FORK", "FORKED", "SEQUENTIAL", "CHILD",
-           "AS_CHILD", "FLAT", "STEP", "PLAIN", "HOST", "READBACK", "NODES"]
+           "AS_CHILD", "FLAT", "STEP", "PLAIN", "HOST", "C_HOST", "READBACK", "NODES"]
 
 NAME = "streams"
 TITLE = "Forked streams, child graphs, host nodes and read-backs"
@@ -60,6 +65,7 @@ FLAT = "flat"
 STEP = "replay-loop step, per step"
 PLAIN = "kernel only"
 HOST = "+ ng.on_host"
+C_HOST = "+ host node of a C no-op"
 READBACK = "+ read_async to HostScalar"
 
 # Multiply-adds per thread of a forked kernel: tens of microseconds on a
@@ -222,7 +228,30 @@ def _hundred(ctx: Context, child: bool) -> Contender:
                      note=f"{how}; {reps} replays per trial")
 
 
+def _c_noop_host_node(ctx: Context) -> Callable[[Any], None]:
+    """``record(stream)``: a host node calling libc's ``free(NULL)``, added
+    through the driver's ``cuLaunchHostFunc`` without numbagraph."""
+    if ctx.config.simulated:
+        raise PeerMissing("the simulator has no driver host nodes")
+    try:
+        cuda_lib = ctypes.CDLL("libcuda.so.1")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError as exc:
+        raise PeerMissing(f"libcuda or libc not loadable ({exc})") from exc
+    launch = cuda_lib.cuLaunchHostFunc
+    launch.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    launch.restype = ctypes.c_int
+    free = ctypes.cast(libc.free, ctypes.c_void_p)
+
+    def record(stream: Any) -> None:
+        status = launch(int(stream.handle), free, None)
+        if status:
+            raise RuntimeError(f"cuLaunchHostFunc failed with CUDA error {status}")
+    return record
+
+
 def _step(ctx: Context, extra: str) -> Contender:
+    c_host = _c_noop_host_node(ctx) if extra == C_HOST else None
     s = numba_tiny(ctx).stream
     count = ng.DeviceScalar(0, dtype=np.int32, stream=s)
     _advance[1, 32, s](count)   # compile outside the capture
@@ -238,6 +267,8 @@ def _step(ctx: Context, extra: str) -> Contender:
             ng.on_host(called, stream=s)
         elif extra == READBACK:
             count.read_async(seen)
+        elif c_host is not None:
+            c_host(s)
 
     graph = _graph_of(s, record)
 
@@ -264,6 +295,7 @@ def _step(ctx: Context, extra: str) -> Contender:
 
     how = {PLAIN: "a 1-kernel graph",
            HOST: "the kernel, then a host node counting its calls",
+           C_HOST: "the kernel, then a host node of libc's free(NULL), no Python",
            READBACK: "the kernel, then a copy of its counter into pinned memory"}[extra]
     return Contender(batch, steps, s.synchronize, close=graph.close,
                      note=f"{how}; {steps} launches per trial")
@@ -277,7 +309,7 @@ def run(ctx: Context) -> SuiteResult:
     ctx.compare(result, CHILD, {AS_CHILD: lambda: _hundred(ctx, True),
                                 FLAT: lambda: _hundred(ctx, False)}, unit=UNIT)
     ctx.compare(result, STEP, {extra: (lambda extra=extra: _step(ctx, extra))
-                               for extra in (PLAIN, HOST, READBACK)}, unit=UNIT)
+                               for extra in (PLAIN, HOST, C_HOST, READBACK)}, unit=UNIT)
     cfg = ctx.config
     result.notes.append(
         f"fork and child: CUDA events on the replay stream around R back-to-back "
