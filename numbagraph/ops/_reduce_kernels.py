@@ -45,6 +45,8 @@ import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from ._launch import generated
+
 __all__ = [
     "ADDITIVE_UNROLL",
     "EXTREME_UNROLL",
@@ -400,89 +402,58 @@ def _better(v1, i1, v2, i2, largest):
     return v2 < v1
 
 
-@cuda.jit(device=True)
-def _improves(v, best, best_index, largest):
-    """Whether v, met after ``best`` in index order, replaces it: the
-    first NaN, or a strictly better value, or anything over no value."""
-    if best_index == _SENTINEL:
-        return True
-    if v != v:
-        return best == best
-    if largest:
-        return v > best
-    return v < best
+def _thread_best_source(unroll: int) -> str:
+    """Source of ``thread_best``: candidate ``u`` meets element ``tid + u *
+    T`` of each of this thread's tiles, in index order, keeping its value
+    and the number of the step that found it (a 32-bit count: the index
+    is worked out once, at the end). The first element, the first NaN or a
+    strictly better value replaces a candidate."""
+    us = range(unroll)
+    lines = ["def thread_best(x, xo, first, step, length, tid, largest):",
+             "    start = int64(first) + tid",
+             "    j = start",
+             "    taken = int32(0)"]
+    lines += [f"    v{u} = WORST_MAX if largest else WORST_MIN" for u in us]
+    lines += [f"    t{u} = int32(-1)" for u in us]
+    lines += [f"    while j + {unroll - 1} * THREADS < length:"]
+    lines += [f"        e{u} = ACC(x[xo + j + {u} * THREADS])" for u in us]
+    for u in us:
+        lines += [f"        if t{u} < 0 or (e{u} != e{u} and v{u} == v{u}) or "
+                  f"(e{u} > v{u} if largest else e{u} < v{u}):",
+                  f"            v{u} = e{u}",
+                  f"            t{u} = taken"]
+    lines += ["        j += step",
+              "        taken += 1",
+              "    best = WORST_MAX if largest else WORST_MIN",
+              "    at = SENTINEL"]
+    for u in us:
+        lines += [f"    if t{u} >= 0:",
+                  f"        i{u} = start + int64(t{u}) * step + {u} * THREADS",
+                  f"        if _better(best, at, v{u}, i{u}, largest):",
+                  f"            best = v{u}",
+                  f"            at = i{u}"]
+    lines += ["    while j < length:  # this thread's share of the last, partial tile",
+              "        e = ACC(x[xo + j])",
+              "        if _better(best, at, e, j, largest):",
+              "            best = e",
+              "            at = j",
+              "        j += THREADS",
+              "    return best, at"]
+    return "\n".join(lines) + "\n"
 
 
 def _thread_best(dtype: np.dtype, threads: int) -> Callable:
+    """``thread_best(x, xo, first, step, length, tid, largest)``: this
+    thread's best (value, index) of x[xo:xo+length], index from 0, walking
+    tiles as ``thread_sum`` does, ``EXTREME_UNROLL`` loads in flight
+    (:func:`_thread_best_source`)."""
     acc_np = extreme_accumulator(dtype)
-    acc = from_dtype(acc_np)
     low, high = _worst(acc_np)
-
-    @cuda.jit(device=True)
-    def better_of(v1, i1, v2, i2, largest):
-        if _better(v1, i1, v2, i2, largest):
-            return v2, i2
-        return v1, i1
-
-    @cuda.jit(device=True)
-    def thread_best(x, xo, first, step, length, tid, largest):
-        """This thread's best (value, index) of x[xo:xo+length], index from 0,
-        walking tiles as ``thread_sum`` does.
-
-        Eight interleaved candidates, each meeting its elements in index
-        order, so eight loads are in flight before any comparison."""
-        worst = low if largest else high
-        bv0 = bv1 = bv2 = bv3 = bv4 = bv5 = bv6 = bv7 = worst
-        bi0 = bi1 = bi2 = bi3 = bi4 = bi5 = bi6 = bi7 = _SENTINEL
-        j = int64(first) + tid
-        while j + 7 * threads < length:
-            v0 = acc(x[xo + j])
-            v1 = acc(x[xo + j + threads])
-            v2 = acc(x[xo + j + 2 * threads])
-            v3 = acc(x[xo + j + 3 * threads])
-            v4 = acc(x[xo + j + 4 * threads])
-            v5 = acc(x[xo + j + 5 * threads])
-            v6 = acc(x[xo + j + 6 * threads])
-            v7 = acc(x[xo + j + 7 * threads])
-            if _improves(v0, bv0, bi0, largest):
-                bv0 = v0
-                bi0 = j
-            if _improves(v1, bv1, bi1, largest):
-                bv1 = v1
-                bi1 = j + threads
-            if _improves(v2, bv2, bi2, largest):
-                bv2 = v2
-                bi2 = j + 2 * threads
-            if _improves(v3, bv3, bi3, largest):
-                bv3 = v3
-                bi3 = j + 3 * threads
-            if _improves(v4, bv4, bi4, largest):
-                bv4 = v4
-                bi4 = j + 4 * threads
-            if _improves(v5, bv5, bi5, largest):
-                bv5 = v5
-                bi5 = j + 5 * threads
-            if _improves(v6, bv6, bi6, largest):
-                bv6 = v6
-                bi6 = j + 6 * threads
-            if _improves(v7, bv7, bi7, largest):
-                bv7 = v7
-                bi7 = j + 7 * threads
-            j += step
-        while j < length:
-            v0 = acc(x[xo + j])
-            if _improves(v0, bv0, bi0, largest):
-                bv0 = v0
-                bi0 = j
-            j += threads
-        bv0, bi0 = better_of(bv0, bi0, bv1, bi1, largest)
-        bv2, bi2 = better_of(bv2, bi2, bv3, bi3, largest)
-        bv4, bi4 = better_of(bv4, bi4, bv5, bi5, largest)
-        bv6, bi6 = better_of(bv6, bi6, bv7, bi7, largest)
-        bv0, bi0 = better_of(bv0, bi0, bv2, bi2, largest)
-        bv4, bi4 = better_of(bv4, bi4, bv6, bi6, largest)
-        return better_of(bv0, bi0, bv4, bi4, largest)
-    return thread_best
+    return cuda.jit(device=True)(generated(
+        "thread_best", _thread_best_source(EXTREME_UNROLL),
+        {"int64": int64, "int32": types.int32, "ACC": from_dtype(acc_np),
+         "WORST_MAX": low, "WORST_MIN": high, "SENTINEL": _SENTINEL,
+         "THREADS": threads, "_better": _better}))
 
 
 def _pair_tree(threads: int) -> Callable:

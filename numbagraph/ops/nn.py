@@ -120,68 +120,69 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
     return kernel
 
 
-def _held_rows_source(per: int) -> str:
-    """Source of ``rows_held``, ``_rows_kernel``'s kernel for rows of at most ``per *
-    THREADS`` elements: thread ``tid`` reads its elements ``tid + k *
-    THREADS`` of a row into ``h0 .. h{per-1}``, every load issued before
-    the first is used, and holds them for every pass. Each pass adds them
-    in the order of ``k``, as ``_rows_kernel`` does, so the results are the
-    same bits."""
+def _held_rows_source(per: int, kind: int) -> str:
+    """Source of ``rows_held``, ``_rows_kernel``'s kernel for rows of at most
+    ``per * THREADS`` elements, written for one ``kind`` of op (its
+    ``kind`` argument is not read): thread ``tid`` reads its elements ``tid
+    + k * THREADS`` of a row into ``h0 .. h{per-1}``, every load issued
+    before the first is used, and holds them for every pass. Each pass adds
+    them in the order of ``k``, as ``_rows_kernel`` does, so the results
+    are the same bits."""
     ks = range(per)
+
+    def each(body: list[str]) -> list[str]:
+        """``body`` for every held element in the row, ``{k}`` its number."""
+        out = []
+        for k in ks:
+            out.append(f"        if tid + {k} * THREADS < cols:")
+            out += ["            " + line.replace("{k}", str(k)) for line in body]
+        return out
+
     lines = [
         "def rows_held(x, w, has_w, b, has_b, out, rows, cols, eps, kind):",
         "    sh = cuda.shared.array(THREADS, ACC)",
         "    tid = int64(cuda.threadIdx.x)",
         "    r = int64(cuda.blockIdx.x)",
         "    while r < rows:",
-        "        base = r * cols",
+        "        base = r * cols + tid",
     ]
-    lines += [f"        j{k} = tid + {k} * THREADS" for k in ks]
-    lines += [f"        h{k} = ACC(x[base + j{k}]) if j{k} < cols else ZERO" for k in ks]
-
-    def each(body: list[str], indent: str = "        ") -> list[str]:
-        """``body`` for every held element in the row, ``{k}`` its number."""
-        out = []
-        for k in ks:
-            out.append(f"{indent}if j{k} < cols:")
-            out += [f"{indent}    " + line.replace("{k}", str(k)) for line in body]
-        return out
-
-    lines += ["        if kind == SOFTMAX:",
-              "            top = LOWEST"]
-    lines += each(["top = nan_max(top, h{k})"], "            ")
-    lines += ["            top = tree_max(sh, top, tid)",
-              "            total = ZERO"]
-    lines += each(["h{k} = math.exp(h{k} - top)", "total += h{k}"], "            ")
-    lines += ["            total = tree_sum(sh, total, tid)"]
-    lines += each(["out[base + j{k}] = h{k} / total"], "            ")
-    lines += ["        else:",
-              "            mean = ZERO",
-              "            if kind == LAYERNORM:",
-              "                total = ZERO"]
-    lines += each(["total += h{k}"], "                ")
-    lines += ["                mean = tree_sum(sh, total, tid) / ACC(cols)",
-              "            squares = ZERO"]
-    lines += each(["d = h{k} - mean", "squares += d * d"], "            ")
-    lines += ["            inv = ONE / math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
-    lines += each(["v = (h{k} - mean) * inv",
-                   "if has_w:", "    v = v * ACC(w[j{k}])",
-                   "if has_b:", "    v = v + ACC(b[j{k}])",
-                   "out[base + j{k}] = v"], "            ")
+    lines += [f"        h{k} = ACC(x[base + {k} * THREADS]) if tid + {k} * THREADS < cols else ZERO"
+              for k in ks]
+    if kind == SOFTMAX:
+        lines += ["        top = LOWEST"]
+        lines += each(["top = nan_max(top, h{k})"])
+        lines += ["        top = tree_max(sh, top, tid)",
+                  "        total = ZERO"]
+        lines += each(["h{k} = math.exp(h{k} - top)", "total += h{k}"])
+        lines += ["        total = tree_sum(sh, total, tid)"]
+        lines += each(["out[base + {k} * THREADS] = h{k} / total"])
+    else:
+        lines += ["        mean = ZERO"]
+        if kind == LAYERNORM:
+            lines += ["        total = ZERO"]
+            lines += each(["total += h{k}"])
+            lines += ["        mean = tree_sum(sh, total, tid) / ACC(cols)"]
+        lines += ["        squares = ZERO"]
+        lines += each(["d = h{k} - mean", "squares += d * d"])
+        lines += ["        inv = ONE / math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
+        lines += each(["v = (h{k} - mean) * inv",
+                       "if has_w:", "    v = v * ACC(w[tid + {k} * THREADS])",
+                       "if has_b:", "    v = v + ACC(b[tid + {k} * THREADS])",
+                       "out[base + {k} * THREADS] = v"])
     lines += ["        r += cuda.gridDim.x"]
     return "\n".join(lines) + "\n"
 
 
-def _held_rows_kernel(dtype: np.dtype, threads: int, per: int) -> Callable:
-    """``_rows_kernel`` for rows of at most ``per * threads`` elements, each
-    thread holding its elements in registers (:func:`_held_rows_source`)."""
+def _held_rows_kernel(dtype: np.dtype, threads: int, per: int, kind: int) -> Callable:
+    """``_rows_kernel`` for rows of at most ``per * threads`` elements and
+    one kind of op, each thread holding its elements in registers
+    (:func:`_held_rows_source`)."""
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-    return _launch.generated("rows_held", _held_rows_source(per), {
+    return _launch.generated("rows_held", _held_rows_source(per, kind), {
         "cuda": cuda, "math": math, "int64": types.int64, "nan_max": nan_max,
         "tree_sum": block_tree(threads, add), "tree_max": block_tree(threads, nan_max),
         "ACC": _launch.scalar_type(acc_np), "ZERO": acc_np.type(0), "ONE": acc_np.type(1),
-        "LOWEST": acc_np.type(-np.inf), "THREADS": threads,
-        "SOFTMAX": SOFTMAX, "LAYERNORM": LAYERNORM})
+        "LOWEST": acc_np.type(-np.inf), "THREADS": threads})
 
 
 def held_per_thread(cols: int, threads: int) -> int:
@@ -428,8 +429,9 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
         return
     per = held_per_thread(cols, threads)
     kernel = _launch.compiled(
-        ("rows_nn", dtype.str, threads, per),
-        lambda: (_held_rows_kernel(dtype, threads, per) if per else _rows_kernel(dtype, threads),
+        ("rows_nn", dtype.str, threads, per, kind if per else None),
+        lambda: (_held_rows_kernel(dtype, threads, per, kind) if per
+                 else _rows_kernel(dtype, threads),
                  (arr, arr, types.boolean, arr, types.boolean, arr, _launch.INDEX,
                   _launch.INDEX, _launch.scalar_type(acc_np), _launch.INDEX)),
     )
