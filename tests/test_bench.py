@@ -12,10 +12,10 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, graphed, ops, streams
+from numbagraph.bench import SUITES, collectives, graphed, ops, streams
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
-from numbagraph.bench.core import Row, SuiteResult
+from numbagraph.bench.core import Config, Context, Row, SuiteResult
 from numbagraph.bench.targets import TARGETS, Target, evaluate
 from numbagraph.bench.timing import Contender, measure_many
 
@@ -321,6 +321,93 @@ def _fork_case_only(ctx):
                 {streams.FORKED: lambda: streams._fork(ctx, True),
                  streams.SEQUENTIAL: lambda: streams._fork(ctx, False)}, unit=streams.UNIT)
     return result
+
+
+@pytest.fixture(scope="module")
+def dist_run(tmp_path_factory):
+    """One quick run of the dist suite: exit status, results folder, JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "dist", "--out", str(out)])
+    return status, out, json.loads((out / "results.json").read_text())
+
+
+def _dist_sizes(doc):
+    return collectives.SIMULATED_SIZES if doc["config"]["simulated"] else collectives.SIZES
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="on a GPU the ranks and PyTorch depend on "
+                    "the machine")
+def test_dist_runs_one_rank_in_process_on_the_simulator(dist_run):
+    status, out, doc = dist_run
+    suite = doc["suites"]["dist"]
+    assert status == 0 and suite["error"] is None and not suite["failures"]
+    assert suite["unjudged"].startswith(collectives.SEVERAL)
+    assert any("world size 1" in note and "copy" in note for note in suite["notes"])
+    assert [peer for peer, _ in suite["skipped"]] == [collectives.TORCH]
+    assert "dist" in (out / "results.md").read_text()
+
+
+def test_dist_every_size_is_measured_in_a_step_and_as_bandwidth(dist_run):
+    _, _, doc = dist_run
+    suite = doc["suites"]["dist"]
+    if not ON_SIMULATOR and collectives.PEER in dict(suite["skipped"]):
+        pytest.skip(f"ng.dist cannot run here: {dict(suite['skipped'])[collectives.PEER]}")
+    rows = suite["rows"]
+    for nbytes in _dist_sizes(doc):
+        steps = [r for r in rows if r["case"] == collectives.step_case(nbytes)]
+        assert [r["peer"] for r in steps] == [collectives.IN_GRAPH, collectives.BETWEEN]
+        assert all(r["unit"] == "us/step" and r["value"] > 0 and r["trials"] for r in steps)
+        bandwidth = [r for r in rows if r["case"] == collectives.bandwidth_case(nbytes)
+                     and r["peer"] == collectives.PEER]
+        assert len(bandwidth) == 1 and bandwidth[0]["unit"] == "GB/s"
+        assert bandwidth[0]["value"] > 0
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="several GPUs judge the targets")
+def test_dist_targets_are_not_judged_on_one_rank(dist_run):
+    _, _, doc = dist_run
+    verdicts = {t["target"]: t for t in doc["targets"]}
+    expected = {t.name for t in TARGETS if t.suite == "dist"}
+    assert set(verdicts) == expected and len(expected) == 4
+    assert all(v["verdict"] == "n/a" and v["why"].startswith(collectives.SEVERAL)
+               for v in verdicts.values())
+
+
+@pytest.mark.parametrize("nbytes, ranks, expected", [
+    (1 << 30, 1, 1.0737), (1 << 30, 2, 1.0737), (1 << 30, 8, 1.0737 * 1.75)])
+def test_dist_bus_bandwidth_is_nccls_definition(nbytes, ranks, expected):
+    assert collectives.bus_bandwidth(nbytes, 1.0, ranks) == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="spawns a rank of world size 1")
+def test_dist_ranks_in_processes_of_their_own_give_rank_zeros_rows():
+    ctx = Context(Config.for_run(True), say=lambda text: None)
+    result = SuiteResult(collectives.NAME, collectives.TITLE, collectives.UNIT)
+    collectives.run_ranks(ctx, result, collectives.PEER, 1)
+    assert not result.skipped and not result.failures
+    peers = {(r.case, r.peer) for r in result.rows}
+    for nbytes in collectives.SIMULATED_SIZES:
+        assert (collectives.step_case(nbytes), collectives.IN_GRAPH) in peers
+        assert (collectives.bandwidth_case(nbytes), collectives.PEER) in peers
+
+
+def test_dist_rank_that_fails_is_reported_with_its_error():
+    ctx = Context(Config.for_run(True), say=lambda text: None)
+    result = SuiteResult(collectives.NAME, collectives.TITLE, collectives.UNIT)
+    collectives.run_ranks(ctx, result, "nobody", 1)
+    why = dict(result.skipped)["nobody"]
+    assert why.startswith("failed") and "rank 0 exited with status 1" in why
+    assert "unknown peer 'nobody'" in why and not result.rows
+
+
+def test_dist_suite_fails_an_all_reduce_that_never_ran(tmp_path, monkeypatch):
+    monkeypatch.setattr(ng.dist, "all_reduce_into", lambda x, out, op="sum", **kw: None)
+    assert main(["--quick", "--suites", "dist", "--out", str(tmp_path)]) == 1
+    suite = json.loads((tmp_path / "results.json").read_text())["suites"]["dist"]
+    reasons = dict(suite["skipped"])
+    assert all(reasons[peer].startswith("failed") and "sum over the ranks" in reasons[peer]
+               for peer in (collectives.IN_GRAPH, collectives.BETWEEN, collectives.PEER))
+    assert not suite["rows"]
 
 
 def test_unknown_suite_is_refused(capsys):

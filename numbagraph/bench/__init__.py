@@ -14,18 +14,19 @@ Suites, in the order they run:
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
 * ``ops``       time per call of matmul, matvec, softmax, norms, max, take
 * ``apps``      the examples' own eager vs graph timings
+* ``dist``      NCCL's all-reduce in a step's graph or eager, bus bandwidth
 
 The tiny kernel is ``a[i] += n[0]`` on 1024 float32 in every framework.
 Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import (apps, bandwidth, capture_cost, eager, graphed, loop, memory, ops, replay,
-               streams)
+from . import (apps, bandwidth, capture_cost, collectives, eager, graphed, loop, memory, ops,
+               replay, streams)
 
 __all__ = ["SUITES"]
 
 SUITES = {
     m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, streams,
-                     bandwidth, ops, apps)
+                     bandwidth, ops, apps, collectives)
 }

@@ -134,6 +134,7 @@ class SuiteResult:
     failures: list = field(default_factory=list)  # tracebacks of peers that raised
     error: str | None = None
     seconds: float = 0.0
+    unjudged: str | None = None  # why this run's rows judge none of the suite's targets
 
     def add_skip(self, peer: str, why: str) -> bool:
         """Record that ``peer`` was skipped and why, once per peer; True when
