@@ -400,6 +400,8 @@ def test_dist_rank_that_fails_is_reported_with_its_error():
     assert "unknown peer 'nobody'" in why and not result.rows
 
 
+@pytest.mark.skipif(not ON_SIMULATOR, reason="ranks of several GPUs run in processes the "
+                    "patch does not reach")
 def test_dist_suite_fails_an_all_reduce_that_never_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(ng.dist, "all_reduce_into", lambda x, out, op="sum", **kw: None)
     assert main(["--quick", "--suites", "dist", "--out", str(tmp_path)]) == 1
