@@ -25,6 +25,7 @@ from numba.cuda.cudadrv import driver as _numba_driver
 from ._streams import stream_handle  # noqa: F401  (a backend member)
 from ..errors import GraphClosedError
 from ._arguments import checked_types
+from .driver_ops import device_count as _device_count
 from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, CAPTURE_NONE, DriverError,
     capture_status, check,
@@ -516,9 +517,11 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
     stream = cu.CUstream(handle)
     # The stream's context, in which a store made while another device is
-    # current is made again.
-    err, ctx = cu.cuStreamGetCtx(handle)
-    ctx = None if err else ctx
+    # current is made again; with one device there is no other.
+    ctx = None
+    if _device_count() > 1:
+        err, ctx = cu.cuStreamGetCtx(handle)
+        ctx = None if err else ctx
     if dtype.itemsize in _MEMSETS:
         # Hot path (one call per replay-loop step): the value's bits are
         # worked out inline, as _bits_of does, without its extra call.

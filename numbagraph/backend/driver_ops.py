@@ -169,7 +169,10 @@ _stream_devices: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictiona
 def stream_device_id(stream: Any) -> int:
     """The ordinal of the device ``stream`` belongs to (asked of the driver
     once per stream object); the named default streams belong to the
-    current device."""
+    current device. With one device nothing is asked or kept: every stream
+    is on device 0."""
+    if device_count() == 1:
+        return 0
     if not isinstance(stream, int):
         try:
             return _stream_devices[stream]
