@@ -454,7 +454,7 @@ def test_rows_held_give_the_bits_of_rows_read_once_per_pass(stream, op, dtype, m
     for shape in shapes:
         x, w, b, want = _row_case(op, dtype, shape, seed=shape[1])
         got = []
-        for most in (nn.HELD_MOST, 0):
+        for most in (16, 0):
             monkeypatch.setattr(nn, "HELD_MOST", most)
             out = ng.empty(shape, dtype)
             ROW_OPS[op][0](cuda.to_device(x), _dev(w), _dev(b), out, stream)
@@ -463,14 +463,18 @@ def test_rows_held_give_the_bits_of_rows_read_once_per_pass(stream, op, dtype, m
         np.testing.assert_allclose(got[0], want, **close(dtype))
 
 
-def test_row_length_decides_what_each_thread_holds():
-    from numbagraph.ops.nn import HELD_MOST, held_per_thread
+@pytest.mark.parametrize("most", [4, 16])
+def test_row_length_decides_what_each_thread_holds(monkeypatch, most):
+    from numbagraph.ops import nn
 
-    assert held_per_thread(1, 32) == 4
-    assert held_per_thread(4 * 32, 32) == 4
-    assert held_per_thread(4 * 32 + 1, 32) == 8
-    assert held_per_thread(HELD_MOST * 32, 32) == HELD_MOST
-    assert held_per_thread(HELD_MOST * 32 + 1, 32) == 0
+    monkeypatch.setattr(nn, "HELD_MOST", most)
+    assert nn.held_per_thread(1, 32) == 4
+    assert nn.held_per_thread(4 * 32, 32) == 4
+    assert nn.held_per_thread(4 * 32 + 1, 32) == (8 if most > 4 else 0)
+    assert nn.held_per_thread(most * 32, 32) == most
+    assert nn.held_per_thread(most * 32 + 1, 32) == 0
+    monkeypatch.setattr(nn, "HELD_MOST", 0)
+    assert nn.held_per_thread(1, 32) == 0
 
 
 def test_held_rows_may_be_computed_in_place(stream):

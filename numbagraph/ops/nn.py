@@ -45,7 +45,9 @@ PART_PER_THREAD = 4
 # Most elements of a row each thread holds in registers (0: none): rows up
 # to HELD_MOST * threads long are read from memory once, with every load
 # issued before the first is used; longer rows are read once per pass.
-HELD_MOST = 16
+# Holding more costs registers, and so resident blocks, beyond what a
+# single read saves (docs/benchmarks).
+HELD_MOST = 4
 
 
 @cuda.jit(device=True)
