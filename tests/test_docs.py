@@ -6,8 +6,9 @@ excerpt) says so in the Markdown, on the line before it, with the reason:
 ``<!-- not run: an excerpt of examples/jacobi_converge.py -->``; it must
 still compile. A ```python block that needs what this machine may lack
 says so the same way, with what it needs: ``<!-- needs: driver, torch -->``
-(``driver``: the CUDA driver backend; any other name: a module that must be
-importable); it runs where all of it is there, and elsewhere it is left out
+(``driver``: the CUDA driver backend; ``collectives``: what ``ng.dist``
+runs on, the simulator or nccl4py on the driver; any other name: a module
+that must be importable); it runs where all of it is there, and elsewhere it is left out
 of the page's run and only compiled, so later blocks must not depend on it.
 Every other code block names a language that is not Python (```sh for
 commands, ```text for output and diagrams), so no block is left unchecked
@@ -60,9 +61,15 @@ class Block:
 
 def missing(needs: tuple[str, ...]) -> list[str]:
     """What of ``needs`` (a block's ``<!-- needs: ... -->``) this machine lacks."""
-    return [name for name in needs
-            if (ng.backend() != "cuda" if name == "driver"
-                else importlib.util.find_spec(name) is None)]
+    return [name for name in needs if _lacks(name)]
+
+
+def _lacks(name: str) -> bool:
+    if name == "driver":
+        return ng.backend() != "cuda"
+    if name == "collectives":  # ng.dist: one simulated rank, or NCCL through nccl4py
+        return ng.backend() == "cuda" and importlib.util.find_spec("nccl") is None
+    return importlib.util.find_spec(name) is None
 
 
 def parse(page: str) -> tuple[list[Block], list[str]]:
