@@ -138,7 +138,8 @@ class Communicator:
         ------
         DistError
             A graph that recorded one of its collectives is still alive:
-            close or drop it first.
+            close or drop it first. Or a capture is in progress: close the
+            communicator once it has ended.
         """
         if self._handle is None:
             return
@@ -151,6 +152,11 @@ class Communicator:
                 "collectives (graphs, or captures in progress) are alive, and would use "
                 "it at their next launch; close those graphs (graph.close()) or drop "
                 "them first")
+        if _sessions:
+            raise DistError(
+                "this communicator cannot be closed while a capture is in progress: closing "
+                "frees NCCL's device memory, which would break the capture; close it after "
+                "every capture has ended")
         with _registry.unsafe_call:
             _backend.dist_close(self._handle)
         self._handle = None

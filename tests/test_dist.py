@@ -298,6 +298,16 @@ def test_a_graph_keeps_its_communicator_open_until_it_is_closed(comm, stream):
     assert comm.closed
 
 
+@pytest.mark.filterwarnings("ignore::numbagraph.CaptureWarning")
+def test_a_communicator_is_not_closed_while_a_capture_is_in_progress(comm, stream):
+    with ng.capture(stream):
+        with pytest.raises(ng.DistError, match="while a capture is in progress"):
+            comm.close()
+        assert not comm.closed
+    comm.close()
+    assert comm.closed
+
+
 # ---------------------------------------------------------------- refusals
 
 def _refused(call, says, *outs, stream, error=ng.DistError):
