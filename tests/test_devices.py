@@ -9,6 +9,8 @@ and refusals. The tests marked driver_only that need two GPUs run them on
 two real devices.
 """
 
+import threading
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -254,6 +256,46 @@ def test_an_op_on_arrays_and_a_stream_of_one_device_runs(two_devices, stream):
         ng.add_into(a, 2.0, out, stream=stream)
     stream.synchronize()
     np.testing.assert_array_equal(out.copy_to_host(), 2.0)
+
+
+def test_ops_on_a_default_stream_check_the_device_current_on_their_own_thread(
+        two_devices, monkeypatch):
+    # A default stream's handle names the stream of the device current on
+    # the calling thread: each thread's call is checked against its own.
+    current = threading.local()
+    monkeypatch.setattr(backend, "current_device_id", lambda: getattr(current, "device", 0))
+    # Each thread's arrays live on its own device.
+    monkeypatch.setattr(backend, "array_device_id", lambda dev: backend.current_device_id())
+    default = cuda.default_stream()
+    a, out = device_zeros(16), device_zeros(16)
+    other_a, other_out = device_zeros(16), device_zeros(16)
+    errors = []
+
+    def other_thread():
+        current.device = 1
+        try:
+            ng.add_into(other_a, 1.0, other_out, stream=default)
+        except Exception as exc:  # noqa: BLE001  reported by the main thread
+            errors.append(exc)
+
+    limits = backend.launch_limits
+
+    def launch_limits():
+        if threading.current_thread() is threading.main_thread():
+            # The other thread's call runs between this call's look at its
+            # stream and its launch.
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+        return limits()
+
+    monkeypatch.setattr(backend, "stream_device_id", lambda stream: backend.current_device_id())
+    monkeypatch.setattr(backend, "launch_limits", launch_limits)
+    ng.add_into(a, 2.0, out, stream=default)
+    default.synchronize()
+    assert errors == []
+    np.testing.assert_array_equal(out.copy_to_host(), 2.0)
+    np.testing.assert_array_equal(other_out.copy_to_host(), 1.0)
 
 
 # ---------------------------------------------------------------- two GPUs

@@ -93,17 +93,30 @@ def launch_handle(stream: Any) -> int:
         raise OpError(str(exc)) from exc
     if _backend.device_count() > 1:
         # Read by the call's launches, which check their arrays against it.
-        if len(_stream_devices) > 1024:
-            _stream_devices.clear()
-        _stream_devices[handle] = _backend.stream_device_id(stream)
+        devices = _stream_devices.by_handle
+        if len(devices) > 1024:
+            devices.clear()
+        devices[handle] = _backend.stream_device_id(stream)
     return handle
 
 
-# The ordinal of the device of the stream each op call launches on, by
-# handle, written as the call begins where there are several devices (with
-# one, it stays empty: nothing to check). A remembered call launches the
-# same objects and checks nothing.
-_stream_devices: dict[int, int] = {}
+class _StreamDevices(threading.local):
+    """The ordinal of the device of the stream each op call launches on, by
+    handle, written as the call begins where there are several devices (with
+    one, it stays empty: nothing to check). Kept per thread: a default
+    stream's handle names the stream of the device current on the calling
+    thread, which differs from thread to thread. A remembered call launches
+    the same objects and checks nothing."""
+
+    def __init__(self) -> None:
+        self.by_handle: dict[int, int] = {}
+
+    def clear(self) -> None:
+        """Forget this thread's streams."""
+        self.by_handle.clear()
+
+
+_stream_devices = _StreamDevices()
 
 
 def _refuse_other_devices(device: int, args: tuple) -> None:
@@ -134,7 +147,7 @@ class OpKernel:
         dispatcher = self.dispatcher
 
         def launch(*args: Any) -> None:
-            device = _stream_devices.get(handle)
+            device = _stream_devices.by_handle.get(handle)
             if device is not None:
                 _refuse_other_devices(device, args)
             _backend.launch(dispatcher, grid, block, handle, args, on_launch)
