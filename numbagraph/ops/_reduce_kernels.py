@@ -405,8 +405,8 @@ def _better(v1, i1, v2, i2, largest):
 def _thread_best_source(unroll: int) -> str:
     """Source of ``thread_best``: candidate ``u`` meets element ``tid + u *
     T`` of each of this thread's tiles, in index order, keeping its value
-    and the number of the step that found it (a 32-bit count: the index
-    is worked out once, at the end). The first element, the first NaN or a
+    and the number of the step that found it (the index is worked out
+    once, at the end). The first element, the first NaN or a
     strictly better value replaces a candidate."""
     us = range(unroll)
     lines = ["def thread_best(x, xo, first, step, length, tid, largest):",
