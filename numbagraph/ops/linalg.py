@@ -104,7 +104,7 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     kernel[blocks, warps * _WARP, launch_on](flat(a_dev), x_dev, out_dev, rows, cols)
 
 
-# matvec_into: 8 warps, 8 rows in flight, per block where the device allows.
+# matvec_into: 8 warps per block where the device allows.
 _MATVEC_THREADS = 256
 _WARP = 32
 
@@ -142,11 +142,12 @@ def _matvec_source(together: int, unroll: int) -> str:
         "    sh = cuda.shared.array(THREADS, ACC)",
         "    tid = cuda.threadIdx.x",
         "    lane = tid % 32",
-        f"    first = (int64(cuda.blockIdx.x) * WARPS + tid // 32) * {together}",
-        f"    while first - (tid // 32) * {together} < rows:",
+        f"    mine = (tid // 32) * {together}",
+        f"    start = int64(cuda.blockIdx.x) * WARPS * {together}",
+        "    while start < rows:",
     ]
     for r in rows_:
-        lines += [f"        row{r} = first + {r}",
+        lines += [f"        row{r} = start + mine + {r}",
                   f"        base{r} = row{r} * cols if row{r} < rows else int64(0)"]
         lines += [f"        s{r}_{u} = ZERO" for u in us]
     lines += ["        c = int64(lane)",
@@ -171,7 +172,7 @@ def _matvec_source(together: int, unroll: int) -> str:
                   f"        if lane == 0 and row{r} < rows:",
                   f"            out[row{r}] = sh[tid]",
                   "        cuda.syncthreads()"]
-    lines += [f"        first += int64(cuda.gridDim.x) * WARPS * {together}"]
+    lines += [f"        start += int64(cuda.gridDim.x) * WARPS * {together}"]
     return "\n".join(lines) + "\n"
 
 
