@@ -239,7 +239,7 @@ def test_ops_targets_are_judged(ops_run):
     _, doc = ops_run
     verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
     expected = {t.name for t in TARGETS if t.suite == "ops"}
-    assert set(verdicts) == expected and len(expected) == 20
+    assert set(verdicts) == expected and len(expected) == 24
     assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
 
 

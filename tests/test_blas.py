@@ -29,6 +29,16 @@ from conftest import ON_SIMULATOR
 
 RNG = np.random.default_rng(7)
 
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+# bfloat16 arrays are ml_dtypes' (pip install numbagraph[bfloat16]).
+BF16 = pytest.param(
+    ml_dtypes.bfloat16 if ml_dtypes is not None else None, id="bfloat16",
+    marks=pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes"))
+
 
 def host(shape, dtype=np.float32, seed=None):
     rng = RNG if seed is None else np.random.default_rng(seed)
@@ -40,6 +50,8 @@ def want(a, b):
 
 
 def close(dtype):
+    if np.dtype(dtype).name == "bfloat16":    # 8 bits of mantissa in the output
+        return dict(rtol=1e-2, atol=3e-2)
     return {2: dict(rtol=1e-2, atol=1e-2), 4: dict(rtol=1e-5, atol=1e-5),
             8: dict(rtol=1e-12, atol=1e-12)}[np.dtype(dtype).itemsize]
 
@@ -274,7 +286,7 @@ def test_a_remembered_call_is_checked_again_once_a_setting_changes(stream, monke
 
 # ---------------------------------------------------------------- results, either path
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64], ids=str)
 @pytest.mark.parametrize("m, k, n", [(5, 7, 6), (1, 33, 17), (40, 3, 1), (3, 1, 2)], ids=str)
 def test_matmul_matches_numpy(stream, dtype, m, k, n):
     a, b = host((m, k), dtype), host((k, n), dtype)
@@ -311,7 +323,7 @@ def test_views_and_transposes_are_read_where_they_lie(stream):
                                **close(np.float32))
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=str)
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=str)
 @pytest.mark.parametrize("a_batched, b_batched", [(True, True), (True, False), (False, True)])
 def test_a_batch_of_products_matches_numpy(stream, dtype, a_batched, b_batched):
     a = host((4, M, K) if a_batched else (M, K), dtype)
@@ -660,7 +672,8 @@ class _StandInCublas(types.ModuleType):
     class Math:
         DEFAULT_MATH, DISALLOW_REDUCED_PRECISION_REDUCTION = 0, 16
 
-    TYPES = {2: np.float16, 0: np.float32, 1: np.float64}
+    TYPES = {2: np.float16, 0: np.float32, 1: np.float64,
+             14: ml_dtypes.bfloat16 if ml_dtypes is not None else None}
 
     def __init__(self):
         super().__init__("nvmath.bindings.cublas")
@@ -742,7 +755,8 @@ def standin(library):
     bindings.cublas = cublas
     nvmath = types.ModuleType("nvmath")
     nvmath.bindings = bindings
-    nvmath.CudaDataType = types.SimpleNamespace(CUDA_R_16F=2, CUDA_R_32F=0, CUDA_R_64F=1)
+    nvmath.CudaDataType = types.SimpleNamespace(CUDA_R_16F=2, CUDA_R_32F=0, CUDA_R_64F=1,
+                                                CUDA_R_16BF=14)
     for name, module in (("nvmath", nvmath), ("nvmath.bindings", bindings),
                          ("nvmath.bindings.cublas", cublas)):
         library.setitem(sys.modules, name, module)
@@ -756,7 +770,7 @@ def standin(library):
     _launch.forget_remembered()
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64], ids=str)
 def test_the_cublas_path_computes_every_layout_and_batch(standin, stream, dtype):
     assert ng.matmul_backend() == "cublas"
     a_t = cuda.to_device(host((K, M), dtype))
@@ -792,6 +806,11 @@ def test_the_cublas_path_computes_float32_in_float32_unless_tf32_is_allowed(stan
                    cuda.to_device(host((K, N), np.float64)), ng.empty((M, N), np.float64),
                    stream=stream)
     assert [compute for _, _, compute, _ in standin.gemms()] == [68, 77, 68, 70]
+    if ml_dtypes is not None:
+        bf16 = ml_dtypes.bfloat16
+        ng.matmul_into(cuda.to_device(host((M, K), bf16)), cuda.to_device(host((K, N), bf16)),
+                       ng.empty((M, N), bf16), stream=stream)
+        assert standin.gemms()[-1][2] == 68     # bfloat16 in float32, TF32 or not
     # Reductions in float32 for float16 too.
     assert {entry[2] for entry in standin.log if entry[0] == "math"} == {16}
 
@@ -914,3 +933,64 @@ def test_a_thread_s_first_call_inside_a_capture_warns_or_refuses(standin):
     with ng.capture(s) as cap:
         ng.matmul_into(a, b, out, stream=s)
     assert len(standin.gemms()) == 1
+
+
+# ---------------------------------------------------------------- bfloat16
+
+@pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes")
+def test_bfloat16_products_agree_on_both_paths(stream):
+    bf16 = ml_dtypes.bfloat16
+    a, b = host((33, 70), bf16, seed=11), host((70, 20), bf16, seed=12)
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(b)
+    results = []
+    for choice in ("auto", "numba"):
+        ng.set_matmul_backend(choice)
+        out = ng.empty((33, 20), bf16)
+        ng.matmul_into(a_dev, b_dev, out, stream=stream)
+        got = out.copy_to_host(stream=stream)
+        assert got.dtype == np.dtype(bf16)
+        np.testing.assert_allclose(got.astype(np.float64), want(a, b), **close(bf16))
+        results.append(got.astype(np.float32))
+    # Both sum in float32 and round once: they differ by at most one bfloat16 step.
+    np.testing.assert_allclose(results[0], results[1], rtol=2 ** -7, atol=1e-6)
+
+
+@pytest.mark.driver_only(reason="cuBLAS kernels run on the CUDA driver only")
+@pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes")
+def test_a_captured_bfloat16_cublas_product_replays_on_new_inputs(cublas):
+    bf16 = ml_dtypes.bfloat16
+    b = host((256, 128), bf16, seed=2)
+    a_dev, b_dev = cuda.to_device(host((64, 256), bf16)), cuda.to_device(b)
+    out = ng.empty((64, 128), bf16)
+    ng.matmul_into(a_dev, b_dev, out, stream=cublas)
+    with ng.capture(cublas) as cap:
+        ng.matmul_into(a_dev, b_dev, out, stream=cublas)
+    assert {n.name for n in cap.graph.nodes if n.kind == "kernel"} == {None}
+    for step in range(3):
+        a = host((64, 256), bf16, seed=30 + step)
+        a_dev.copy_to_device(a, stream=cublas)
+        cap.graph.launch()
+        np.testing.assert_allclose(out.copy_to_host(stream=cublas).astype(np.float64),
+                                   want(a, b), **close(bf16))
+
+
+@pytest.mark.driver_only(reason="PyTorch tensors live on the CUDA driver")
+@pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes")
+def test_pytorch_bfloat16_tensors_are_read_through_dlpack(stream):
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.rand((48, 64), device="cuda", generator=gen, dtype=torch.float32)
+    b = torch.rand((96, 64), device="cuda", generator=gen, dtype=torch.float32)
+    a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    out = torch.empty((48, 96), device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    ng.matmul_into(a16, b16.T, out, stream=stream)     # b16.T: a view, read in place
+    stream.synchronize()
+    expected = a16.float() @ b16.float().T
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=3e-2)
+    x, y = a16[:, 0].contiguous(), torch.empty(96, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    ng.matvec_into(b16[:, :48].contiguous(), x, y, stream=stream)
+    stream.synchronize()
+    torch.testing.assert_close(y.float(), b16[:, :48].float() @ x.float(), rtol=1e-2,
+                               atol=3e-2)

@@ -7,7 +7,16 @@ from numba import cuda
 
 import numbagraph as ng
 
-FLOATS = [np.float16, np.float32, np.float64]
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+# bfloat16 arrays are ml_dtypes' (pip install numbagraph[bfloat16]).
+BF16 = pytest.param(
+    ml_dtypes.bfloat16 if ml_dtypes is not None else None, id="bfloat16",
+    marks=pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes"))
+FLOATS = [np.float16, BF16, np.float32, np.float64]
 
 
 def host(dtype, shape, seed=0):
@@ -19,7 +28,7 @@ def host(dtype, shape, seed=0):
 
 def want(a, x):
     """The product in float64 (int64 for integers), as the dtype of ``a``."""
-    wide = np.float64 if a.dtype.kind == "f" else np.int64
+    wide = np.int64 if a.dtype.kind in "iu" else np.float64
     return (a.astype(wide) @ x.astype(wide)).astype(a.dtype)
 
 
@@ -28,8 +37,10 @@ def check(got, a, x):
     if a.dtype.kind in "iu":
         np.testing.assert_array_equal(got, expected)
         return
-    # float16 sums in float32 and is rounded once: within a few float16 ulps.
-    tol = {2: 4e-3, 4: 1e-5, 8: 1e-12}[a.dtype.itemsize]
+    # float16 and bfloat16 sum in float32 and are rounded once: within a few
+    # of their ulps.
+    tol = 1.6e-2 if a.dtype.name == "bfloat16" else {2: 4e-3, 4: 1e-5, 8: 1e-12}[
+        a.dtype.itemsize]
     scale = np.abs(a.astype(np.float64)) @ np.abs(x.astype(np.float64))
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
                                rtol=tol, atol=tol * (1 + scale.max(initial=0)))
@@ -150,7 +161,7 @@ def test_matvec_refuses_a_missing_stream():
                        ng.empty(2, np.float32), stream=None)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.int32], ids=str)
 @pytest.mark.parametrize("m, k", [(37, 45), (9, 300), (64, 129)], ids=str)
 def test_rows_read_together_give_the_bits_of_one_row_per_warp(stream, dtype, m, k,
                                                                monkeypatch):

@@ -33,11 +33,54 @@ def as_device_array(obj: Any) -> Any:
     """
     if is_cuda_ndarray(obj):
         return obj
-    if getattr(obj, "__cuda_array_interface__", None) is not None:
-        dev = cuda.as_cuda_array(obj, sync=False)
+    try:
+        described = getattr(obj, "__cuda_array_interface__", None)
+    except (TypeError, KeyError, ValueError, NotImplementedError):
+        # A dtype the interface cannot name (PyTorch's bfloat16 has no
+        # typestr): DLPack names it.
+        if getattr(obj, "__dlpack__", None) is None:
+            raise
+        dev = _from_dlpack(obj)
+    else:
+        if described is None:
+            return None
+        typestr = described.get("typestr") if isinstance(described, dict) else None
+        if (isinstance(typestr, str) and typestr[1:2] == "V"
+                and getattr(obj, "__dlpack__", None) is not None):
+            # Raw bytes to the interface (bfloat16, as CuPy exports it).
+            dev = _from_dlpack(obj)
+        else:
+            dev = cuda.as_cuda_array(obj, sync=False)
+    if dev is not None:
         _check_memory(dev, obj)
-        return dev
-    return None
+    return dev
+
+
+def _from_dlpack(obj: Any) -> Any:
+    """A numba view of ``obj`` read through ``__dlpack__`` with no stream
+    ordering (as ``sync=False`` does for the array interface), or None for
+    host memory. A dtype NumPy cannot name is an OpError."""
+    from cuda.core.utils import StridedMemoryView
+
+    name = type(obj).__name__
+    try:
+        view = StridedMemoryView.from_dlpack(obj, stream_ptr=-1)
+        dtype = view.dtype
+    except NotImplementedError as exc:
+        raise OpError(
+            f"a {name}'s dtype has no NumPy dtype here ({exc}); bfloat16 arrays need "
+            "ml_dtypes: `pip install numbagraph[bfloat16]`") from None
+    if not view.is_device_accessible or view.device_id < 0:
+        return None
+    strides = view.strides
+    described = {
+        "shape": tuple(view.shape),
+        "strides": None if strides is None else tuple(s * dtype.itemsize for s in strides),
+        "typestr": dtype,
+        "data": (view.ptr, view.readonly),
+        "version": 3,
+    }
+    return cuda.from_cuda_array_interface(described, owner=obj, sync=False)
 
 
 _MEMORY_TYPE = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE

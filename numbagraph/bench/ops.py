@@ -1,5 +1,5 @@
 """Suite ``ops``: time per call of numbagraph's ops against PyTorch and CuPy
-on the same device buffers: matmul (float32, TF32, float16), matvec (with
+on the same device buffers: matmul (float32, TF32, float16, bfloat16), matvec (with
 its bandwidth as a share of a device copy's), softmax, layernorm, rmsnorm,
 max and argmax of 2^28 floats, and ``take_into`` of one row.
 
@@ -16,8 +16,10 @@ the host, within :data:`TOLERANCES`.
 TF32 is off on both sides in the float32 cases (``ng.set_tf32(False)``,
 ``torch.set_float32_matmul_precision("highest")``) and allowed on both in
 the TF32 cases; PyTorch's float16 products accumulate in float32, as
-numbagraph's do (``allow_fp16_reduced_precision_reduction = False``).
-bfloat16 is not measured: numbagraph's ops do not take it.
+numbagraph's do (``allow_fp16_reduced_precision_reduction = False``), and
+so do its bfloat16 products (``allow_bf16_reduced_precision_reduction =
+False``). bfloat16 arrays are ml_dtypes' (numba's bfloat16); without
+ml_dtypes its cases are left out, with a note.
 
 On Numba's simulator every size is replaced by a small one
 (:data:`SIMULATED`): the run proves the code paths, its times are Python's.
@@ -38,7 +40,8 @@ from .peers import cupy_cuda, numba_tiny, torch_cuda
 from .timing import Contender
 
 __all__ = [
-    "NAME", "TITLE", "run", "MATMUL_SHAPES", "FLOAT16_MATMUL_SHAPES", "MATVEC_SHAPES",
+    "NAME", "TITLE", "run", "MATMUL_SHAPES", "FLOAT16_MATMUL_SHAPES", "BFLOAT16_MATMUL_SHAPES",
+    "MATVEC_SHAPES",
     "SOFTMAX_SHAPES", "NORM_SHAPE", "REDUCE_SIZE", "TAKE_SHAPE", "TOLERANCES",
     "matmul_case", "matvec_case", "matvec_bandwidth_case", "rows_case", "reduce_case",
     "take_case",
@@ -52,12 +55,13 @@ PERCENT = "% of copy bandwidth"
 # (M, K, N) of out (M, N) = a (M, K) @ b (K, N)
 MATMUL_SHAPES = ((4096, 4096, 4096), (1, 4096, 4096), (32, 4096, 11008), (256, 256, 256))
 FLOAT16_MATMUL_SHAPES = ((4096, 4096, 4096), (32, 4096, 11008))
+BFLOAT16_MATMUL_SHAPES = MATMUL_SHAPES
 MATVEC_SHAPES = ((4096, 4096), (11008, 4096), (32000, 4096))   # (M, K)
 SOFTMAX_SHAPES = ((32, 32000), (1, 128000))                     # (rows, columns)
 NORM_SHAPE = (4096, 4096)
 REDUCE_SIZE = 1 << 28
 TAKE_SHAPE = (32000, 4096)
-FLOAT32, TF32, FLOAT16 = "float32", "tf32", "float16"
+FLOAT32, TF32, FLOAT16, BFLOAT16 = "float32", "tf32", "float16", "bfloat16"
 COPY = "device copy"
 
 # Each size above and the size it stands for on the simulator.
@@ -70,6 +74,7 @@ TOLERANCES = {
     FLOAT32: {"scaled": 1e-4},      # float32 sums of K products
     TF32: {"scaled": 5e-3},         # inputs rounded to a 10-bit mantissa
     FLOAT16: {"scaled": 5e-3},      # output rounded to float16
+    BFLOAT16: {"scaled": 1e-2},     # output rounded to bfloat16 (8-bit mantissa)
     "softmax": {"rtol": 1e-4, "atol": 1e-9},
     "norm": {"rtol": 1e-4, "atol": 1e-4},
     "exact": {"rtol": 0.0, "atol": 0.0},    # max, argmax, take
@@ -198,7 +203,19 @@ def _numbagraph(ctx: Context, op: Callable[[Any], Any], note: str,
 
 
 def _tensor(torch: Any, dev: Any) -> Any:
+    if np.dtype(dev.dtype).name == "bfloat16":
+        # The array interface has no bfloat16: shared as its bits.
+        return torch.as_tensor(dev.view(np.uint16), device="cuda").view(torch.bfloat16)
     return torch.as_tensor(dev, device="cuda")
+
+
+def _bfloat16() -> Any:
+    """NumPy's bfloat16 (ml_dtypes'), or None without ml_dtypes."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes.bfloat16
 
 
 # ------------------------------------------------------------------ cases
@@ -280,7 +297,7 @@ def _check_close(what: str, got: np.ndarray, want: np.ndarray, rtol: float,
 
 def _matmul(ctx: Context, shape: tuple, kind: str) -> _Case:
     m, k, n = _dims(ctx, *shape)
-    dtype = np.float16 if kind == FLOAT16 else np.float32
+    dtype = {FLOAT16: np.float16, BFLOAT16: _bfloat16()}.get(kind, np.float32)
     rng = np.random.default_rng(m * 31 + k * 7 + n)
     a_h, b_h = _uniform(rng, (m, k), dtype), _uniform(rng, (k, n), dtype)
     a, b = _to_device(ctx, a_h), _to_device(ctx, b_h)
@@ -301,15 +318,17 @@ def _matmul(ctx: Context, shape: tuple, kind: str) -> _Case:
         flags = torch.backends.cuda.matmul
         precision = torch.get_float32_matmul_precision()
         # Absent from a PyTorch that has no reduced-precision reductions.
-        reduced = getattr(flags, "allow_fp16_reduced_precision_reduction", None)
+        names = ("allow_fp16_reduced_precision_reduction",
+                 "allow_bf16_reduced_precision_reduction")
+        reduced = {name: getattr(flags, name) for name in names if hasattr(flags, name)}
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
-        if reduced is not None:
-            flags.allow_fp16_reduced_precision_reduction = False
+        for name in reduced:
+            setattr(flags, name, False)
 
         def close():
             torch.set_float32_matmul_precision(precision)
-            if reduced is not None:
-                flags.allow_fp16_reduced_precision_reduction = reduced
+            for name, value in reduced.items():
+                setattr(flags, name, value)
 
         def op(torch):
             ta, tb, to = (_tensor(torch, x) for x in (a, b, out))
@@ -319,7 +338,10 @@ def _matmul(ctx: Context, shape: tuple, kind: str) -> _Case:
 
     def cupy_peer() -> _Call:
         def op(cp):
-            ca, cb, co = (cp.asarray(x) for x in (a, b, out))
+            if kind == BFLOAT16:
+                ca, cb, co = (cp.asarray(x.view(np.uint16)).view(dtype) for x in (a, b, out))
+            else:
+                ca, cb, co = (cp.asarray(x) for x in (a, b, out))
             return lambda: cp.matmul(ca, cb, out=co)
 
         return _on_cupy(ctx, op, "cupy.matmul(a, b, out=out)")
@@ -570,7 +592,7 @@ def _poison(arrays: list) -> None:
     and CuPy's non-blocking streams do not wait for it."""
     for dev in arrays:
         kind = np.dtype(dev.dtype)
-        value = np.nan if kind.kind == "f" else -1
+        value = -1 if kind.kind in "iub" else np.nan
         dev.copy_to_device(np.full(dev.shape, value, dtype=kind))
     cuda.synchronize()
 
@@ -650,6 +672,9 @@ def _cases(ctx: Context):
             yield lambda shape=shape, kind=kind: _matmul(ctx, shape, kind)
     for shape in FLOAT16_MATMUL_SHAPES:
         yield lambda shape=shape: _matmul(ctx, shape, FLOAT16)
+    if _bfloat16() is not None:
+        for shape in BFLOAT16_MATMUL_SHAPES:
+            yield lambda shape=shape: _matmul(ctx, shape, BFLOAT16)
     for shape in MATVEC_SHAPES:
         yield lambda shape=shape: _matvec(ctx, shape)
     for shape in SOFTMAX_SHAPES:
@@ -686,14 +711,18 @@ def run(ctx: Context) -> SuiteResult:
         "every peer's output checked first against a float64 host reference: matmul "
         "and matvec to a share of the largest magnitude (float32 "
         f"{TOLERANCES[FLOAT32]['scaled']:g}, TF32 {TOLERANCES[TF32]['scaled']:g}, "
-        f"float16 {TOLERANCES[FLOAT16]['scaled']:g}; matmul on {_SAMPLED_ROWS} sampled "
+        f"float16 {TOLERANCES[FLOAT16]['scaled']:g}, bfloat16 "
+        f"{TOLERANCES[BFLOAT16]['scaled']:g}; matmul on {_SAMPLED_ROWS} sampled "
         "rows), softmax to rtol 1e-4, layernorm and rmsnorm to rtol and atol 1e-4; "
         "max, argmax and take exactly")
     result.notes.append(
         "matmul is (M x K) @ (K x N), named MxKxN; TF32 off on both sides in the "
-        "float32 cases and allowed on both in the TF32 cases; PyTorch's float16 "
-        "products accumulate in float32 (allow_fp16_reduced_precision_reduction off), "
-        "as numbagraph's do; bfloat16 is not measured: numbagraph's ops do not take it")
+        "float32 cases and allowed on both in the TF32 cases; PyTorch's float16 and "
+        "bfloat16 products accumulate in float32 (allow_fp16_reduced_precision_reduction "
+        "and allow_bf16_reduced_precision_reduction off), as numbagraph's do")
+    if _bfloat16() is None:
+        result.notes.append("bfloat16 matmul not measured: ml_dtypes, NumPy's bfloat16, "
+                            "is not installed (pip install numbagraph[bfloat16])")
     result.notes.append(
         f"matvec's '{PERCENT}' rows: (matrix + vector + output bytes) / time over the "
         "device copy's (2 x matrix bytes) / time, in the same trials")

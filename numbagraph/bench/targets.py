@@ -186,6 +186,7 @@ def _ops_targets() -> list[Target]:
     cases = [ops.matmul_case(*shape, kind) for kind in (ops.FLOAT32, ops.TF32)
              for shape in ops.MATMUL_SHAPES]
     cases += [ops.matmul_case(*shape, ops.FLOAT16) for shape in ops.FLOAT16_MATMUL_SHAPES]
+    cases += [ops.matmul_case(*shape, ops.BFLOAT16) for shape in ops.BFLOAT16_MATMUL_SHAPES]
     cases += [ops.matvec_case(*shape) for shape in ops.MATVEC_SHAPES]
     cases += [ops.rows_case("softmax", *shape) for shape in ops.SOFTMAX_SHAPES]
     cases += [ops.rows_case(op, *ops.NORM_SHAPE) for op in ("layernorm", "rmsnorm")]

@@ -28,8 +28,9 @@ The rules this module keeps:
   workspace with the graph it came from.
 * float32 computes in float32 (CUBLAS_COMPUTE_32F), or with TF32 tensor
   cores where ``ng.set_tf32(True)`` allows it (CUBLAS_COMPUTE_32F_FAST_TF32);
-  float16 in float32, split-K reductions included (the handle's math mode
-  disallows reduced-precision reductions); float64 in float64.
+  float16 and bfloat16 in float32, split-K reductions included (the
+  handle's math mode disallows reduced-precision reductions); float64 in
+  float64.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ..alloc import free
 from ..backend import active as _backend
 from ..errors import CaptureWarning, NumbagraphError, OpError
 from ..safety import allocation_allowed, check_graph_memory, graph_allocate, guard_legacy_work
+from ._operands import BFLOAT16
 
 __all__ = [
     "INSTALL",
@@ -156,6 +158,8 @@ class _Enums:
         self.data = {np.dtype(np.float16): int(types.CUDA_R_16F),
                      np.dtype(np.float32): int(types.CUDA_R_32F),
                      np.dtype(np.float64): int(types.CUDA_R_64F)}
+        if BFLOAT16 is not None:
+            self.data[BFLOAT16] = int(types.CUDA_R_16BF)
         self.compute_32f = int(compute.COMPUTE_32F)
         self.compute_tf32 = int(compute.COMPUTE_32F_FAST_TF32)
         self.compute_64f = int(compute.COMPUTE_64F)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
-from numba.np.numpy_support import from_dtype
+from numba.cuda.np.numpy_support import from_dtype
 
 from .. import _hostcalls
 from .._graphmem import held as _graph_memory_held
@@ -341,10 +341,10 @@ def scalar_type(dtype: np.dtype) -> types.Type:
 
 @functools.lru_cache(maxsize=None)
 def compute_type(dtype: np.dtype) -> types.Type:
-    """The type arithmetic on ``dtype`` is carried out in: float16 values are
-    computed in float32 and rounded once when stored."""
+    """The type arithmetic on ``dtype`` is carried out in: float16 and
+    bfloat16 values are computed in float32 and rounded once when stored."""
     dtype = np.dtype(dtype)
-    if dtype == np.float16:
+    if dtype == np.float16 or dtype.name == "bfloat16":
         return types.float32
     return from_dtype(dtype)
 

@@ -23,6 +23,8 @@ __all__ = [
     "FLOATS",
     "INTEGERS",
     "ALL",
+    "BFLOAT16",
+    "BFLOAT16_INSTALL",
     "Operand",
     "device_array",
     "output",
@@ -34,6 +36,22 @@ __all__ = [
 ]
 
 FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+BFLOAT16_INSTALL = "pip install numbagraph[bfloat16]"
+
+
+def _bfloat16() -> np.dtype | None:
+    """NumPy's bfloat16 is ml_dtypes' (numba-cuda types arrays of it as
+    bfloat16 once ml_dtypes is installed); None without it."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+# The dtype of bfloat16 arrays, or None where ml_dtypes is not installed.
+BFLOAT16 = _bfloat16()
 INTEGERS = tuple(np.dtype(t) for t in (np.int32, np.int64))
 ARITHMETIC = FLOATS + INTEGERS
 ALL = SCALAR_DTYPES

@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 from numba import cuda, types
-from numba.np.numpy_support import from_dtype
+from numba.cuda.np.numpy_support import from_dtype
 
 from ._launch import generated
 
@@ -84,9 +84,9 @@ _SENTINEL = np.int64(np.iinfo(np.int64).max)
 
 
 def additive_accumulator(dtype: np.dtype) -> np.dtype:
-    """Sums of float16 run in float32, of int32 in int64."""
+    """Sums of float16 and bfloat16 run in float32, of int32 in int64."""
     dtype = np.dtype(dtype)
-    if dtype == np.float16:
+    if dtype == np.float16 or dtype.name == "bfloat16":
         return np.dtype(np.float32)
     if dtype.kind in "iu":
         return np.dtype(np.int64)
@@ -95,7 +95,7 @@ def additive_accumulator(dtype: np.dtype) -> np.dtype:
 
 def extreme_accumulator(dtype: np.dtype) -> np.dtype:
     dtype = np.dtype(dtype)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
+    return np.dtype(np.float32) if dtype == np.float16 or dtype.name == "bfloat16" else dtype
 
 
 @cuda.jit(device=True)

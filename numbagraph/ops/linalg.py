@@ -20,25 +20,30 @@ from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
-from numba.np.numpy_support import from_dtype
+from numba.cuda.np.numpy_support import from_dtype
 
 from .._rebind import span
 from ..backend import active as _backend
 from ..errors import OpError
 from . import _blas, _launch, _reduce_kernels as _rk
-from ._operands import ARITHMETIC, check_disjoint, check_dtype, device_array, flat
+from ._operands import (ARITHMETIC, BFLOAT16, BFLOAT16_INSTALL, check_disjoint, check_dtype,
+                        device_array, flat)
 
 __all__ = ["matvec_into", "matmul_into"]
 
-MATMUL_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+MATMUL_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64)) + (
+    (BFLOAT16,) if BFLOAT16 is not None else ())
+
+MATVEC_DTYPES = ARITHMETIC + ((BFLOAT16,) if BFLOAT16 is not None else ())
 
 _MAX_GRID = 65535
 
 
 def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     """``out = a @ x`` for ``a`` of shape (M, K), ``x`` of shape (K,) and
-    ``out`` of shape (M,), all of one dtype (float16 accumulates in float32,
-    int32 in int64). ``out`` must not share memory with ``a`` or ``x``.
+    ``out`` of shape (M,), all of one dtype (float16 and bfloat16 accumulate
+    in float32, int32 in int64; bfloat16 arrays need ml_dtypes, ``pip install
+    numbagraph[bfloat16]``). ``out`` must not share memory with ``a`` or ``x``.
 
     Parameters
     ----------
@@ -75,7 +80,7 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     if a_dev.ndim != 2:
         raise OpError(f"a of matvec_into must be 2-D (M, K), not shape {tuple(a_dev.shape)}")
     dtype = np.dtype(a_dev.dtype)
-    check_dtype(dtype, ARITHMETIC, "inputs", "matvec_into")
+    check_dtype(dtype, MATVEC_DTYPES, "inputs", "matvec_into")
     rows, cols = a_dev.shape
     x_dev = device_array(x, "x")
     if np.dtype(x_dev.dtype) != dtype:
@@ -96,7 +101,7 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     arr = _launch.array_type(dtype)
     together = matvec_rows_per_warp(rows, warps, sms)
     kernel = _launch.compiled(
-        ("matvec", dtype.str, warps, together),
+        ("matvec", dtype.name, warps, together),
         lambda: (_matvec_kernel(dtype, warps, together),
                  (arr, arr, arr, _launch.INDEX, _launch.INDEX)),
     )
@@ -186,9 +191,9 @@ def _pairwise(terms: list[str]) -> str:
 
 def _matvec_kernel(dtype: np.dtype, warps: int, together: int) -> Callable:
     """``(a, x, out, rows, cols)``, ``a`` flattened row-major, one warp per
-    ``together`` rows (:func:`_matvec_source`). Float16 sums in float32,
-    int32 in int64. The lanes combine through shared memory (one kernel on
-    both backends: the simulator has no warp shuffles), each block stepping
+    ``together`` rows (:func:`_matvec_source`). Float16 and bfloat16 sum
+    in float32, int32 in int64. The lanes combine through shared memory (one
+    kernel on both backends: the simulator has no warp shuffles), each block stepping
     through its rows together so that all its threads meet every barrier."""
     acc_np = _rk.additive_accumulator(dtype)
     return _launch.generated(
@@ -232,7 +237,7 @@ def _put3(x, z, r, c, value):
 def _matmul_kernel(dtype: np.dtype, tile: int, a_ndim: int, b_ndim: int,
                    out_ndim: int) -> Callable:
     acc = _launch.compute_type(dtype)
-    zero = np.dtype(np.float32 if dtype == np.float16 else dtype).type(0)
+    zero = np.dtype(np.float64 if dtype == np.float64 else np.float32).type(0)
     get_a = _get3 if a_ndim == 3 else _get2
     get_b = _get3 if b_ndim == 3 else _get2
     put = _put3 if out_ndim == 3 else _put2
@@ -307,12 +312,22 @@ def _shapes(a_dev: Any, b_dev: Any, out_dev: Any) -> tuple[int, int, int, int]:
     return batches, m, k, n
 
 
+def _check_matmul_dtype(dtype: np.dtype, what: str) -> None:
+    if BFLOAT16 is None and dtype.kind == "V" and dtype.itemsize == 2:
+        raise OpError(
+            f"{what} of matmul_into has dtype {dtype}, a 2-byte type NumPy cannot name: "
+            f"bfloat16 needs ml_dtypes (`{BFLOAT16_INSTALL}`)")
+    check_dtype(dtype, MATMUL_DTYPES, what, "matmul_into")
+
+
 def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     """``out = a @ b`` for ``a`` (M, K), ``b`` (K, N), ``out`` (M, N), or a
     batch of products: ``a`` (B, M, K), ``b`` (B, K, N), ``out`` (B, M, N),
     either input 2-D to be used for every batch. All of one dtype: float16
-    (accumulated in float32), float32 or float64. Any strides, views and
-    transposes included. ``out`` must not share memory with ``a`` or ``b``.
+    or bfloat16 (both accumulated in float32; bfloat16 arrays need ml_dtypes,
+    ``pip install numbagraph[bfloat16]``), float32 or float64. Any strides,
+    views and transposes included. ``out`` must not share memory with ``a``
+    or ``b``.
 
     On the CUDA driver with nvmath-python installed (``pip install
     numbagraph[blas]``) the product is cuBLAS's, recorded into a capture as
@@ -369,7 +384,7 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     b_dev = device_array(b, "b", contiguous=False)
     out_dev = device_array(out, "out", contiguous=False)
     for what, dev in (("a", a_dev), ("b", b_dev), ("out", out_dev)):
-        check_dtype(np.dtype(dev.dtype), MATMUL_DTYPES, what, "matmul_into")
+        _check_matmul_dtype(np.dtype(dev.dtype), what)
         if dev.ndim not in (2, 3):
             raise OpError(f"{what} of matmul_into must be 2-D or 3-D (a batch), not shape "
                           f"{tuple(dev.shape)}")
@@ -409,7 +424,7 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     sms, _ = _launch.limits()
     kinds = (a_dev._numba_type_, b_dev._numba_type_, out_dev._numba_type_)
     kernel = _launch.compiled(
-        ("matmul", dtype.str, tile, kinds),
+        ("matmul", dtype.name, tile, kinds),
         lambda: (_matmul_kernel(dtype, tile, a_dev.ndim, b_dev.ndim, out_dev.ndim),
                  (*kinds, _launch.INDEX, _launch.INDEX, _launch.INDEX, _launch.INDEX)),
     )
