@@ -255,11 +255,22 @@ def _uniform(rng: np.random.Generator, shape: tuple, dtype: Any,
     return x.astype(dtype, copy=False)
 
 
+def _bits(dtype: Any) -> Any:
+    """The dtype numba copies ``dtype`` as: bfloat16 as uint16, since numba
+    copies through the buffer protocol, which has no bfloat16."""
+    return np.dtype(np.uint16) if np.dtype(dtype).name == "bfloat16" else np.dtype(dtype)
+
+
 def _to_device(ctx: Context, host: np.ndarray) -> Any:
     s = _numba_stream(ctx)
-    dev = cuda.to_device(host, stream=s)
+    bits = _bits(host.dtype)
+    dev = cuda.to_device(host.view(bits), stream=s).view(host.dtype)
     s.synchronize()
     return dev
+
+
+def _to_host(dev: Any) -> np.ndarray:
+    return dev.view(_bits(dev.dtype)).copy_to_host().view(dev.dtype)
 
 
 def _empty(ctx: Context, shape: tuple, dtype: Any) -> Any:
@@ -358,7 +369,7 @@ def _matmul(ctx: Context, shape: tuple, kind: str) -> _Case:
         _estimate(2.0 * m * k * n / (4 if kind != FLOAT32 else 1),
                   (m * k + k * n + m * n) * np.dtype(dtype).itemsize),
         peers, lambda peer: [out],
-        lambda peer: _check_scaled(f"{peer}, {label}", out.copy_to_host()[rows], want, tol),
+        lambda peer: _check_scaled(f"{peer}, {label}", _to_host(out)[rows], want, tol),
         notes)
 
 
@@ -593,7 +604,8 @@ def _poison(arrays: list) -> None:
     for dev in arrays:
         kind = np.dtype(dev.dtype)
         value = -1 if kind.kind in "iub" else np.nan
-        dev.copy_to_device(np.full(dev.shape, value, dtype=kind))
+        dev.view(_bits(kind)).copy_to_device(np.full(dev.shape, value, dtype=kind).view(
+            _bits(kind)))
     cuda.synchronize()
 
 
