@@ -423,7 +423,7 @@ def _thread_best_source(unroll: int) -> str:
                   f"            v{u} = e{u}",
                   f"            t{u} = taken"]
     lines += ["        j += step",
-              "        taken += 1",
+              "        taken = int32(taken + 1)  # kept int32: += 1 widens it to int64",
               "    best = WORST_MAX if largest else WORST_MIN",
               "    at = SENTINEL"]
     for u in us:
