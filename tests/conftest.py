@@ -9,6 +9,32 @@ from numba import cuda
 
 ON_SIMULATOR = ng.backend() == "simulator"
 
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+# bfloat16 arrays are ml_dtypes' (pip install numbagraph[bfloat16]); a dtype
+# parameter for the ops that take it.
+BF16 = pytest.param(
+    ml_dtypes.bfloat16 if ml_dtypes is not None else None, id="bfloat16",
+    marks=pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes"))
+
+
+def to_device(a, stream=0):
+    """``cuda.to_device(a)``; bfloat16 travels as its bits: numba copies
+    through the buffer protocol, which has no bfloat16."""
+    if a.dtype.name == "bfloat16":
+        return cuda.to_device(a.view(np.uint16), stream=stream).view(a.dtype)
+    return cuda.to_device(a, stream=stream)
+
+
+def to_host(dev, stream=0):
+    """``dev.copy_to_host()``, bfloat16 as its bits (see to_device)."""
+    if np.dtype(dev.dtype).name == "bfloat16":
+        return dev.view(np.uint16).copy_to_host(stream=stream).view(dev.dtype)
+    return dev.copy_to_host(stream=stream)
+
 
 def pytest_report_header(config):
     return f"numbagraph backend: {ng.backend()}"

@@ -7,15 +7,8 @@ from numba import cuda
 
 import numbagraph as ng
 
-try:
-    import ml_dtypes
-except ImportError:
-    ml_dtypes = None
+from conftest import BF16, to_device, to_host
 
-# bfloat16 arrays are ml_dtypes' (pip install numbagraph[bfloat16]).
-BF16 = pytest.param(
-    ml_dtypes.bfloat16 if ml_dtypes is not None else None, id="bfloat16",
-    marks=pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes"))
 FLOATS = [np.float16, BF16, np.float32, np.float64]
 
 
@@ -46,20 +39,10 @@ def check(got, a, x):
                                rtol=tol, atol=tol * (1 + scale.max(initial=0)))
 
 
-def to_device(a):
-    """``cuda.to_device(a)``; bfloat16 travels as its bits: numba copies
-    through the buffer protocol, which has no bfloat16."""
-    if a.dtype.name == "bfloat16":
-        return cuda.to_device(a.view(np.uint16)).view(a.dtype)
-    return cuda.to_device(a)
-
-
 def matvec(stream, a, x):
     out = ng.empty(a.shape[0], a.dtype)
     ng.matvec_into(to_device(a), to_device(x), out, stream=stream)
-    if a.dtype.name == "bfloat16":
-        return out.view(np.uint16).copy_to_host(stream=stream).view(a.dtype)
-    return out.copy_to_host(stream=stream)
+    return to_host(out, stream)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int32, np.int64], ids=str)
