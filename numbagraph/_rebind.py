@@ -19,7 +19,7 @@ from .backend.interface import Move
 from .errors import RebindError
 
 __all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held",
-           "Fixed", "FixedNodesError", "fixed_of", "check_fixed"]
+           "Fixed", "FixedNodesError", "fixed_of", "check_fixed", "shift_fixed"]
 
 
 def pairs_of(mapping: Any) -> list[tuple[Any, Any]]:
@@ -236,14 +236,21 @@ class Fixed:
     a library's kernels (cuBLAS's) take their addresses inside parameter
     blocks numbagraph does not read. The graph keeps this entry, and with it
     the arrays; a rebinding that would move one of them is refused, since
-    the library's nodes would go on using the old memory."""
+    the library's nodes would go on using the old memory.
 
-    __slots__ = ("what", "arrays", "instead")
+    With ``align``, the nodes can move, but only by a multiple of ``align``
+    bytes: a kernel that reads the arrays with 16-byte vector loads faults
+    on an address that is not a multiple of 16."""
 
-    def __init__(self, what: str, arrays: tuple, instead: str):
+    __slots__ = ("what", "arrays", "instead", "align", "spans")
+
+    def __init__(self, what: str, arrays: tuple, instead: str, align: int = 0):
         self.what = what          # the work, as the error names it
         self.arrays = arrays      # device arrays
         self.instead = instead    # what to do instead, as the error says it
+        self.align = align        # bytes a move must be a multiple of; 0: no move
+        # [start, end) of the memory the nodes use, moved with them.
+        self.spans = [list(span(dev)[1:]) for dev in arrays]
 
 
 class FixedNodesError(RebindError):
@@ -259,13 +266,35 @@ def fixed_of(keepalive: list) -> list[Fixed]:
 def check_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
     """Refuse ``moves`` when one reaches memory an entry of ``fixed`` names."""
     for entry in fixed:
-        for dev in entry.arrays:
-            _, start, end = span(dev)
+        for start, end in entry.spans:
             if start == end:
                 continue
             for i, move in enumerate(moves):
-                if start < move.end and move.start < end:
+                if not (start < move.end and move.start < end):
+                    continue
+                if entry.align and move.shift % entry.align == 0:
+                    continue
+                if entry.align:
                     raise FixedNodesError(
-                        f"rebind pair {i}: the graph's {entry.what} uses this array, and "
-                        "its kernels hold the array's address where numbagraph cannot "
-                        f"move it; the graph is unchanged. {entry.instead}")
+                        f"rebind pair {i}: the graph's {entry.what} reads this array "
+                        f"{entry.align} bytes at a time, and the new array lies "
+                        f"{move.shift % entry.align} bytes off that alignment (it moves "
+                        f"by {move.shift} bytes); the graph is unchanged. {entry.instead}")
+                raise FixedNodesError(
+                    f"rebind pair {i}: the graph's {entry.what} uses this array, and "
+                    "its kernels hold the array's address where numbagraph cannot "
+                    f"move it; the graph is unchanged. {entry.instead}")
+
+
+def shift_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
+    """After ``moves`` were made: the memory of nodes that moved with them
+    (entries with an alignment) is where the moves put it."""
+    for entry in fixed:
+        if not entry.align:
+            continue
+        for where in entry.spans:
+            start, end = where
+            for move in moves:
+                if start < end and start < move.end and move.start < end:
+                    where[0], where[1] = start + move.shift, end + move.shift
+                    break

@@ -574,6 +574,8 @@ class CapturedGraph:
             raise RebindError(
                 f"rebind: the driver refused to change the graph's nodes ({exc}); the "
                 "graph is unchanged. Capture the work again with the new arrays") from exc
+        if res.fixed:
+            _rebind.shift_fixed(res.fixed, moves)
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
 

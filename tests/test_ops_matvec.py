@@ -181,3 +181,27 @@ def test_warps_read_more_rows_at_once_only_while_the_grid_stays_full():
     assert matvec_rows_per_warp(4 * full, warps, sms) == 4
     assert matvec_rows_per_warp(32000, warps, sms) == 4
     assert matvec_rows_per_warp(4096, warps, sms) == 1
+
+
+@pytest.mark.parametrize("threads", [32, 64, 128], ids=lambda t: f"{t} threads")
+@pytest.mark.parametrize("m, k", [(1, 4), (5, 128), (9, 260), (3, 1028), (17, 64)], ids=str)
+def test_float32_rows_of_quads_are_the_same_bits_aligned_or_not(stream, monkeypatch,
+                                                                 threads, m, k):
+    # Blocks of 2 and 4 warps split each row over 2 warps, as on the GPU.
+    from numbagraph.ops import _launch
+
+    sms, _ = _launch.limits()
+    monkeypatch.setattr(_launch, "limits", lambda: (sms, threads))
+    a, x = host(np.float32, (m, k), seed=m), host(np.float32, k, seed=k)
+    got = []
+    for elements in (0, 1, 2):      # 4 * elements bytes off a multiple of 16
+        a_buf, x_buf = ng.empty(m * k + elements, np.float32), ng.empty(k + elements, np.float32)
+        a_dev, x_dev = a_buf[elements:].reshape((m, k)), x_buf[elements:]
+        a_dev.copy_to_device(a, stream=stream)
+        x_dev.copy_to_device(x, stream=stream)
+        out = ng.empty(m, np.float32)
+        ng.matvec_into(a_dev, x_dev, out, stream=stream)
+        got.append(out.copy_to_host(stream=stream))
+    np.testing.assert_array_equal(got[1], got[0])
+    np.testing.assert_array_equal(got[2], got[0])
+    check(got[0], a, x)

@@ -484,3 +484,71 @@ def test_held_rows_may_be_computed_in_place(stream):
     np.testing.assert_allclose(inout.copy_to_host(stream=stream),
                                layernorm(x.astype(np.float64), None, None, 1e-5),
                                rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- float32 rows four at a time
+
+def _offset(a, elements, stream):
+    """``a`` on the device, starting ``elements`` float32 past an allocation
+    (so 4 * elements bytes off a multiple of 16 for 1..3)."""
+    if a is None:
+        return None
+    buf = ng.empty(a.size + elements, np.float32)
+    dev = buf[elements:].reshape(a.shape)
+    dev.copy_to_device(a, stream=stream)
+    return dev
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_float32_rows_of_quads_are_the_same_bits_aligned_or_not(stream, op):
+    from numbagraph.backend import active
+
+    _, threads = active.launch_limits()
+    # one quad; a group per thread, exactly; a quad short of two; four; a quad over
+    shapes = [(3, 4), (2, 4 * threads), (3, 8 * threads - 4), (1, 16 * threads),
+              (2, 16 * threads + 4), (40,)]
+    for shape in shapes:
+        x, w, b, want = _row_case(op, np.float32, shape, seed=shape[-1])
+        got = []
+        for elements in (0, 1, 3):
+            out = _offset(np.zeros(shape, np.float32), elements, stream)
+            ROW_OPS[op][0](_offset(x, elements, stream), _offset(w, elements, stream),
+                           _offset(b, elements, stream), out, stream)
+            got.append(out.copy_to_host(stream=stream))
+        np.testing.assert_array_equal(got[1], got[0])
+        np.testing.assert_array_equal(got[2], got[0])
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_float32_rows_of_a_multiple_of_four_move_in_quads():
+    from numbagraph.ops import nn
+
+    f32 = np.dtype(np.float32)
+    assert nn.quads_per_thread(f32, 4, 32) == 1
+    assert nn.quads_per_thread(f32, 4 * 32, 32) == 1
+    assert nn.quads_per_thread(f32, 4 * 32 + 4, 32) == 2
+    assert nn.quads_per_thread(f32, 16 * 32, 32) == 4
+    assert nn.quads_per_thread(f32, 16 * 32 + 4, 32) == 0      # read once per pass
+    assert nn.quads_per_thread(f32, 4 * 32 + 2, 32) == 0       # not a multiple of 4
+    assert nn.quads_per_thread(np.dtype(np.float16), 64, 32) == 0
+
+
+def test_a_captured_row_op_of_quads_rebinds_only_on_its_alignment(stream):
+    x, w, b, want = _row_case("layernorm", np.float32, (3, 64), seed=1)
+    x_dev, out = cuda.to_device(x), ng.empty((3, 64), np.float32)
+    w_dev, b_dev = cuda.to_device(w), cuda.to_device(b)
+    ng.layernorm_into(x_dev, w_dev, b_dev, out, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.layernorm_into(x_dev, w_dev, b_dev, out, stream=stream)
+    x2 = host(np.float32, (3, 64), seed=2)
+    want2 = layernorm(x2.astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1e-5)
+    x2_dev = cuda.to_device(x2)
+    cap.graph.rebind({x_dev: x2_dev})
+    cap.graph.launch()
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want2, rtol=1e-5, atol=1e-5)
+    # The graph reads x2_dev now, with 128-bit loads on the driver.
+    off = _offset(x, 1, stream)
+    with pytest.raises(ng.RebindError, match="16 bytes at a time.*4 bytes off"):
+        cap.graph.rebind({x2_dev: off})
+    cap.graph.launch()       # unchanged, still on x2
+    np.testing.assert_allclose(out.copy_to_host(stream=stream), want2, rtol=1e-5, atol=1e-5)

@@ -307,6 +307,15 @@ class Backend(Protocol):
     def current_device_id(self) -> int:
         """The ordinal of the calling thread's current device."""
 
+    load4: ClassVar[Callable[..., tuple]]
+    """A device function, ``load4(a, i)``: ``(a[i], a[i+1], a[i+2],
+    a[i+3])`` of a 1-D float32 array, as one 128-bit load on the driver,
+    where the address of ``a[i]`` must be a multiple of 16 bytes."""
+    store4: ClassVar[Callable[..., None]]
+    """A device function, ``store4(a, i, v0, v1, v2, v3)``: ``a[i:i+4] =
+    v0..v3`` of a 1-D float32 array, as one 128-bit store on the driver
+    (``a[i]`` 16-byte aligned, as for ``load4``)."""
+
     # ------------------------------------------------------------ devices
 
     def device_count(self) -> int:

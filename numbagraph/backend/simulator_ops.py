@@ -55,6 +55,19 @@ def current_device_id() -> int:
     return 0
 
 
+def load4(a: Any, i: int) -> tuple:
+    """Four elements from ``i``: the simulator reads them one by one."""
+    return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+
+def store4(a: Any, i: int, v0: Any, v1: Any, v2: Any, v3: Any) -> None:
+    """Four elements from ``i``, written one by one."""
+    a[i] = v0
+    a[i + 1] = v1
+    a[i + 2] = v2
+    a[i + 3] = v3
+
+
 def launch_limits() -> tuple[int, int]:
     """(multiprocessors, threads per block): one small simulated device."""
     return 1, THREADS_PER_BLOCK

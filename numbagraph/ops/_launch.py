@@ -22,8 +22,9 @@ import numpy as np
 from numba import cuda, types
 from numba.cuda.np.numpy_support import from_dtype
 
-from .. import _hostcalls
+from .. import _hostcalls, _registry
 from .._graphmem import held as _graph_memory_held
+from .._rebind import Fixed
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
 from ..errors import DeviceMismatchError, OpError
@@ -42,6 +43,9 @@ __all__ = [
     "scalar_type",
     "compute_type",
     "generated",
+    "QUAD_BYTES",
+    "vector_quads",
+    "quad_access",
     "INDEX",
     "repeatable",
     "device_step",
@@ -347,6 +351,52 @@ def compute_type(dtype: np.dtype) -> types.Type:
     if dtype == np.float16 or dtype.name == "bfloat16":
         return types.float32
     return from_dtype(dtype)
+
+
+# ---------------------------------------------------------------- four at a time
+
+@cuda.jit(device=True)
+def _load4_each(a, i):
+    return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+
+@cuda.jit(device=True)
+def _store4_each(a, i, v0, v1, v2, v3):
+    a[i] = v0
+    a[i + 1] = v1
+    a[i + 2] = v2
+    a[i + 3] = v3
+
+
+QUAD_BYTES = 16
+
+
+def vector_quads(arrays: tuple, handle: int, what: str) -> bool:
+    """Whether a float32 kernel reading and writing ``arrays`` four elements
+    at a time, from indices that are multiples of 4, may use the backend's
+    128-bit loads and stores: every array's first element lies at a
+    multiple of 16 bytes. Where it may, a capture on ``handle`` keeps the
+    arrays from being rebound off that alignment (``what`` names the op)."""
+    if any(_backend.device_pointer(dev) % QUAD_BYTES for dev in arrays):
+        return False
+    if _sessions:
+        session = _registry.on(handle)
+        if session is not None:
+            session.keep(Fixed(what, arrays, _REALIGN, align=QUAD_BYTES))
+    return True
+
+
+def quad_access(vector: bool) -> tuple[Callable, Callable]:
+    """``(load4, store4)`` for a kernel's source: the backend's 128-bit ones
+    where ``vector``, else four single loads or stores in the same order
+    (the same bits)."""
+    if vector:
+        return _backend.load4, _backend.store4
+    return _load4_each, _store4_each
+
+
+_REALIGN = ("Rebind to arrays whose first element lies at the same offset from a "
+            "multiple of 16 bytes (numba's allocations start at one), or capture again")
 
 
 def generated(name: str, source: str, namespace: dict[str, Any]) -> Callable:

@@ -5,7 +5,9 @@ elements ``l, l + 32, ...`` of the row (so a warp's loads are coalesced)
 into four accumulators, four independent loads at a time, and the lanes'
 sums combine through shared memory; the order of the sums depends on ``K`` alone,
 so results are deterministic. Where the matrix has rows enough, each warp
-reads two or four rows at once, to keep more loads in flight.
+reads two or four rows at once, to keep more loads in flight. float32
+matrices with rows a multiple of 4 long are read in 16-byte quads instead,
+each row split between two warps (``_matvec_quads_source``).
 ``matmul_into`` calls cuBLAS on the driver where nvmath-python is installed
 (numbagraph.ops._blas says when), and otherwise runs a kernel tiled through
 shared memory: each block computes a square tile of ``out``, stepping tiles
@@ -16,6 +18,7 @@ element sums in order of ``k``. Both read any strides; a batch of matrices
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -99,6 +102,17 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     sms, threads = _launch.limits()
     warps = max(1, min(_MATVEC_THREADS, threads) // _WARP)
     arr = _launch.array_type(dtype)
+    if dtype == np.float32 and cols % 4 == 0:
+        split = math.gcd(MATVEC_QUAD_SPLIT, warps)
+        vector = _launch.vector_quads((flat(a_dev), x_dev), launch_on, "matvec_into")
+        kernel = _launch.compiled(
+            ("matvec_quads", warps, vector, split, MATVEC_QUAD_UNROLL),
+            lambda: (_matvec_quads_kernel(warps, split, vector),
+                     (arr, arr, arr, _launch.INDEX, _launch.INDEX)))
+        groups = warps // split
+        blocks = min(-(-rows // groups), _MAX_GRID)
+        kernel[blocks, warps * _WARP, launch_on](flat(a_dev), x_dev, out_dev, rows, cols)
+        return
     together = matvec_rows_per_warp(rows, warps, sms)
     kernel = _launch.compiled(
         ("matvec", dtype.name, warps, together),
@@ -179,6 +193,84 @@ def _matvec_source(together: int, unroll: int) -> str:
                   "        cuda.syncthreads()"]
     lines += [f"        start += int64(cuda.gridDim.x) * WARPS * {together}"]
     return "\n".join(lines) + "\n"
+
+
+# Float32 matrices with rows a multiple of 4 long: each row belongs to
+# MATVEC_QUAD_SPLIT warps of a block (fewer where the block has fewer), whose lanes read it in quads (16 bytes
+# a load), MATVEC_QUAD_UNROLL quads of the row and of x in flight per lane.
+# Splitting a row keeps every warp busy where rows are few (4096 of them
+# fill an H200 once), and the 16-byte loads keep the bytes in flight that
+# four single loads would (docs/benchmarks).
+MATVEC_QUAD_SPLIT = 2
+MATVEC_QUAD_UNROLL = 2
+
+
+def _matvec_quads_source(split: int, unroll: int) -> str:
+    """Source of ``matvec(a, x, out, rows, cols)`` for float32 rows of a
+    multiple of 4: the ``split`` warps of row group ``g`` (warp ``w`` is part
+    ``w % split`` of group ``w // split``) take the quads of a row in
+    interleaved stripes of ``32 * split`` quads; lane ``lane`` of part
+    ``p`` reads the quads at ``4 * (p * 32 + lane) + stripe * j``, quad
+    ``j`` into accumulator ``j % unroll``, adding its four products in
+    order. A lane's accumulators meet pairwise, a warp's lanes in a fixed
+    tree through shared memory, and a row's parts in order of ``p``: the
+    order of every sum depends on ``cols`` alone."""
+    us = range(unroll)
+    stripe = 4 * 32 * split
+    lines = [
+        "def matvec(a, x, out, rows, cols):",
+        "    sh = cuda.shared.array(THREADS, ACC)",
+        "    tid = cuda.threadIdx.x",
+        "    lane = tid % 32",
+        "    warp = tid // 32",
+        f"    group = warp // {split}",
+        f"    first = int64(4 * ((warp % {split}) * 32 + lane))",
+        "    start = int64(cuda.blockIdx.x) * GROUPS",
+        "    while start < rows:",
+        "        row = start + group",
+        "        base = row * cols if row < rows else int64(0)",
+    ]
+    lines += [f"        s{u} = ZERO" for u in us]
+    lines += ["        c = first",
+              f"        while c + {(unroll - 1) * stripe + 3} < cols:"]
+    for u in us:
+        lines += [f"            x{u}_0, x{u}_1, x{u}_2, x{u}_3 = LOAD4(x, c + {u * stripe})",
+                  f"            a{u}_0, a{u}_1, a{u}_2, a{u}_3 = "
+                  f"LOAD4(a, base + c + {u * stripe})"]
+    for u in us:
+        lines += [f"            s{u} += a{u}_{e} * x{u}_{e}" for e in range(4)]
+    lines += [f"            c += {unroll * stripe}",
+              "        while c < cols:",
+              "            x0_0, x0_1, x0_2, x0_3 = LOAD4(x, c)",
+              "            a0_0, a0_1, a0_2, a0_3 = LOAD4(a, base + c)"]
+    lines += [f"            s0 += a0_{e} * x0_{e}" for e in range(4)]
+    lines += [f"            c += {stripe}",
+              f"        sh[tid] = {_pairwise([f's{u}' for u in us])}",
+              "        cuda.syncthreads()",
+              "        offset = 16",
+              "        while offset > 0:",
+              "            if lane < offset:",
+              "                sh[tid] += sh[tid + offset]",
+              "            cuda.syncthreads()",
+              "            offset //= 2",
+              f"        if tid % {32 * split} == 0 and row < rows:"]
+    parts = " + ".join(f"sh[tid + {32 * p}]" for p in range(split))
+    lines += [f"            out[row] = {parts}",
+              "        cuda.syncthreads()",
+              "        start += int64(cuda.gridDim.x) * GROUPS"]
+    return "\n".join(lines) + "\n"
+
+
+def _matvec_quads_kernel(warps: int, split: int, vector: bool) -> Callable:
+    """``(a, x, out, rows, cols)`` of float32, ``a`` flattened row-major with
+    rows a multiple of 4 long (:func:`_matvec_quads_source`); the quads move
+    with 128-bit loads where ``vector``, else four single loads (the same
+    bits)."""
+    load4, _ = _launch.quad_access(vector)
+    return _launch.generated(
+        "matvec", _matvec_quads_source(split, MATVEC_QUAD_UNROLL),
+        {"cuda": cuda, "int64": types.int64, "ACC": types.float32, "ZERO": np.float32(0),
+         "THREADS": warps * _WARP, "GROUPS": warps // split, "LOAD4": load4})
 
 
 def _pairwise(terms: list[str]) -> str:

@@ -5,7 +5,11 @@ its statistics are reduced in the fixed order of the reductions, so results
 are deterministic. float16 rows are computed in float32. ``out`` has ``x``'s
 shape and dtype and may be ``x`` itself. Rows of at most ``HELD_MOST``
 elements per thread are read once, each thread holding its elements in
-registers for every pass; longer rows are read once per pass.
+registers for every pass; longer rows are read once per pass. float32 rows
+of a multiple of 4 elements, up to ``QUADS_MOST`` groups of four per
+thread, are held as such groups, each read and written with one 16-byte
+load or store (four single ones where an array does not start at a
+multiple of 16 bytes, with the same bits).
 
 Long rows, when there are too few of them to fill the device (the rule of
 ``reduce.row_parts``), are cut into contiguous parts, one block each, in two
@@ -48,6 +52,12 @@ PART_PER_THREAD = 4
 # Holding more costs registers, and so resident blocks, beyond what a
 # single read saves (docs/benchmarks).
 HELD_MOST = 4
+
+# Float32 rows a multiple of 4 long move four elements (16 bytes) per load
+# and store, and each thread holds up to QUADS_MOST of those groups: at
+# that width holding 16 elements per thread beats reading per pass
+# (docs/benchmarks), where single loads lost to the registers they cost.
+QUADS_MOST = 4
 
 
 @cuda.jit(device=True)
@@ -122,69 +132,128 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
     return kernel
 
 
-def _held_rows_source(per: int, kind: int) -> str:
+def _held_rows_source(per: int, kind: int, width: int = 1) -> str:
     """Source of ``rows_held``, ``_rows_kernel``'s kernel for rows of at most
-    ``per * THREADS`` elements, written for one ``kind`` of op (its
-    ``kind`` argument is not read): thread ``tid`` reads its elements ``tid
-    + k * THREADS`` of a row into ``h0 .. h{per-1}``, every load issued
-    before the first is used, and holds them for every pass. Each pass adds
-    them in the order of ``k``, as ``_rows_kernel`` does, so the results
-    are the same bits."""
-    ks = range(per)
+    ``per * width * THREADS`` elements, written for one ``kind`` of op (its
+    ``kind`` argument is not read): thread ``tid`` reads its elements of a
+    row into ``h0 .. h{per-1}``, every load issued before the first is
+    used, and holds them for every pass.
+
+    With ``width`` 1 its elements are ``tid + k * THREADS``, and each pass
+    adds them in the order of ``k``, as ``_rows_kernel`` does, so the
+    results are the same bits. With ``width`` 4 (float32 rows of a multiple
+    of 4) they are the quads ``4 * (tid + k * THREADS) + e``, each read and
+    written with one ``LOAD4`` / ``STORE4`` (and weights and biases read
+    so), added in the order of ``(k, e)``."""
+    ks, es = range(per), range(width)
+
+    def h(k: int, e: int) -> str:
+        return f"h{k}" if width == 1 else f"h{k}_{e}"
+
+    def at(k: int) -> str:
+        return f"lead + {k * width} * THREADS"
 
     def each(body: list[str]) -> list[str]:
-        """``body`` for every held element in the row, ``{k}`` its number."""
+        """``body`` for every held element in the row, ``{h}`` its name."""
         out = []
         for k in ks:
-            out.append(f"        if tid + {k} * THREADS < cols:")
-            out += ["            " + line.replace("{k}", str(k)) for line in body]
+            out.append(f"        if {at(k)} < cols:")
+            for e in es:
+                out += ["            " + line.replace("{h}", h(k, e)) for line in body]
         return out
 
     lines = [
         "def rows_held(x, w, has_w, b, has_b, out, rows, cols, eps, kind):",
         "    sh = cuda.shared.array(THREADS, ACC)",
         "    tid = int64(cuda.threadIdx.x)",
+        f"    lead = {width} * tid",
         "    r = int64(cuda.blockIdx.x)",
         "    while r < rows:",
-        "        base = r * cols + tid",
+        "        base = r * cols + lead",
     ]
-    lines += [f"        h{k} = ACC(x[base + {k} * THREADS]) if tid + {k} * THREADS < cols else ZERO"
-              for k in ks]
+    if width == 1:
+        lines += [f"        h{k} = ACC(x[base + {k} * THREADS]) if {at(k)} < cols else ZERO"
+                  for k in ks]
+    else:
+        for k in ks:
+            quad = ", ".join(h(k, e) for e in es)
+            lines += [f"        if {at(k)} < cols:",
+                      f"            {quad} = LOAD4(x, base + {k * width} * THREADS)",
+                      "        else:"]
+            lines += [f"            {h(k, e)} = ZERO" for e in es]
+
+    def write(values: list[str], k: int) -> list[str]:
+        """Store row elements ``values`` (one per ``e``) of group ``k``."""
+        if width == 1:
+            return [f"            out[base + {k} * THREADS] = {values[0]}"]
+        return [f"            STORE4(out, base + {k * width} * THREADS, {', '.join(values)})"]
+
     if kind == SOFTMAX:
         lines += ["        top = LOWEST"]
-        lines += each(["top = nan_max(top, h{k})"])
+        lines += each(["top = nan_max(top, {h})"])
         lines += ["        top = tree_max(sh, top, tid)",
                   "        total = ZERO"]
-        lines += each(["h{k} = math.exp(h{k} - top)", "total += h{k}"])
+        lines += each(["{h} = math.exp({h} - top)", "total += {h}"])
         lines += ["        total = tree_sum(sh, total, tid)"]
-        lines += each(["out[base + {k} * THREADS] = h{k} / total"])
+        for k in ks:
+            lines += [f"        if {at(k)} < cols:"]
+            lines += write([f"{h(k, e)} / total" for e in es], k)
     else:
         lines += ["        mean = ZERO"]
         if kind == LAYERNORM:
             lines += ["        total = ZERO"]
-            lines += each(["total += h{k}"])
+            lines += each(["total += {h}"])
             lines += ["        mean = tree_sum(sh, total, tid) / ACC(cols)"]
         lines += ["        squares = ZERO"]
-        lines += each(["d = h{k} - mean", "squares += d * d"])
+        lines += each(["d = {h} - mean", "squares += d * d"])
         lines += ["        inv = ONE / math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
-        lines += each(["v = (h{k} - mean) * inv",
-                       "if has_w:", "    v = v * ACC(w[tid + {k} * THREADS])",
-                       "if has_b:", "    v = v + ACC(b[tid + {k} * THREADS])",
-                       "out[base + {k} * THREADS] = v"])
+        for k in ks:
+            lines += [f"        if {at(k)} < cols:"]
+            lines += [f"            v{e} = ({h(k, e)} - mean) * inv" for e in es]
+            if width == 1:
+                lines += ["            if has_w:",
+                          f"                v0 = v0 * ACC(w[{at(k)}])",
+                          "            if has_b:",
+                          f"                v0 = v0 + ACC(b[{at(k)}])"]
+            else:
+                lines += ["            if has_w:",
+                          f"                g0, g1, g2, g3 = LOAD4(w, {at(k)})"]
+                lines += [f"                v{e} = v{e} * g{e}" for e in es]
+                lines += ["            if has_b:",
+                          f"                c0, c1, c2, c3 = LOAD4(b, {at(k)})"]
+                lines += [f"                v{e} = v{e} + c{e}" for e in es]
+            lines += write([f"v{e}" for e in es], k)
     lines += ["        r += cuda.gridDim.x"]
     return "\n".join(lines) + "\n"
 
 
-def _held_rows_kernel(dtype: np.dtype, threads: int, per: int, kind: int) -> Callable:
-    """``_rows_kernel`` for rows of at most ``per * threads`` elements and
-    one kind of op, each thread holding its elements in registers
-    (:func:`_held_rows_source`)."""
+def _held_rows_kernel(dtype: np.dtype, threads: int, per: int, kind: int, width: int = 1,
+                      vector: bool = False) -> Callable:
+    """``_rows_kernel`` for rows of at most ``per * width * threads``
+    elements and one kind of op, each thread holding its elements in
+    registers (:func:`_held_rows_source`); quads (``width`` 4) move with the
+    backend's 128-bit loads and stores where ``vector``, and otherwise four
+    single ones."""
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-    return _launch.generated("rows_held", _held_rows_source(per, kind), {
+    load4, store4 = _launch.quad_access(vector)
+    return _launch.generated("rows_held", _held_rows_source(per, kind, width), {
         "cuda": cuda, "math": math, "int64": types.int64, "nan_max": nan_max,
         "tree_sum": block_tree(threads, add), "tree_max": block_tree(threads, nan_max),
         "ACC": _launch.scalar_type(acc_np), "ZERO": acc_np.type(0), "ONE": acc_np.type(1),
-        "LOWEST": acc_np.type(-np.inf), "THREADS": threads})
+        "LOWEST": acc_np.type(-np.inf), "THREADS": threads, "LOAD4": load4,
+        "STORE4": store4})
+
+
+def quads_per_thread(dtype: np.dtype, cols: int, threads: int) -> int:
+    """Groups of four elements each thread holds for float32 rows of
+    ``cols`` (1, 2 or 4 groups), or 0: other dtypes, rows not a multiple of
+    4 long, or longer than QUADS_MOST groups per thread."""
+    if dtype != np.float32 or cols % 4:
+        return 0
+    groups = 1
+    while 4 * groups * threads < cols and groups < QUADS_MOST:
+        groups *= 2
+    return groups if 4 * groups * threads >= cols else 0
 
 
 def held_per_thread(cols: int, threads: int) -> int:
@@ -429,10 +498,15 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
             acc_np.type(eps), kind)
         _done(scratch)
         return
-    per = held_per_thread(cols, threads)
+    groups = quads_per_thread(dtype, cols, threads)
+    if groups:
+        width, per = 4, groups
+        vector = _launch.vector_quads((flat(x_dev), w_dev, b_dev, flat(out_dev)), launch_on, op)
+    else:
+        width, per, vector = 1, held_per_thread(cols, threads), False
     kernel = _launch.compiled(
-        ("rows_nn", dtype.str, threads, per, kind if per else None),
-        lambda: (_held_rows_kernel(dtype, threads, per, kind) if per
+        ("rows_nn", dtype.str, threads, per, width, vector, kind if per else None),
+        lambda: (_held_rows_kernel(dtype, threads, per, kind, width, vector) if per
                  else _rows_kernel(dtype, threads),
                  (arr, arr, types.boolean, arr, types.boolean, arr, _launch.INDEX,
                   _launch.INDEX, _launch.scalar_type(acc_np), _launch.INDEX)),
