@@ -524,7 +524,7 @@ def _check_memory(kind: str, x: Any, out: Any, comm: Communicator, stream: Any,
             f"{comm.device}; pass a stream of device {comm.device}")
     for what, dev in (("x", x), ("out", out)):
         if dev.size:
-            where = _backend.dist_buffer_device(dev)
+            where = _backend.pointer_device_id(_backend.device_pointer(dev))
             if where != comm.device:
                 raise DeviceMismatchError(
                     f"{name}: {what} is memory of device {where} and the communicator's "

@@ -41,15 +41,16 @@ def two_devices(monkeypatch):
         def stream_device(self, stream):
             handle = backend.stream_handle(stream)
             return 1 if any(backend.stream_handle(s) == handle for s in self.on_one
-                            if not hasattr(s, "__cuda_array_interface__")) else 0
+                            if not _is_array(s)) else 0
 
         def array_device(self, dev):
+            # Memory named in on_one, seen through any view of it (a foreign
+            # array's included), is device 1's.
             if not getattr(dev, "__cuda_ndarray__", False):
                 return None
             ptr = backend.device_pointer(dev)
-            return 1 if any(hasattr(a, "__cuda_array_interface__")
-                            and backend.device_pointer(a) == ptr for a in self.on_one) \
-                else self.arrays
+            return 1 if any(_is_array(a) and backend.device_pointer(a) == ptr
+                            for a in self.on_one) else self.arrays
 
     model = Model()
     model.on_one = []
@@ -60,6 +61,10 @@ def two_devices(monkeypatch):
     monkeypatch.setattr(backend, "use_device", lambda ordinal: _Switch(model, ordinal))
     yield model
     _launch._stream_devices.clear()  # the devices of the modelled streams
+
+
+def _is_array(obj):
+    return getattr(obj, "__cuda_ndarray__", False) or hasattr(obj, "__cuda_array_interface__")
 
 
 class _Switch:
@@ -298,6 +303,120 @@ def test_ops_on_a_default_stream_check_the_device_current_on_their_own_thread(
     np.testing.assert_array_equal(other_out.copy_to_host(), 1.0)
 
 
+class _Foreign:
+    """Another library's array: only ``__cuda_array_interface__``, over the
+    memory of a numba array."""
+
+    def __init__(self, dev):
+        self.__cuda_array_interface__ = dict(backend.array_interface(dev), stream=None)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The kernel launches ops make, counted."""
+    made = []
+    launch = backend.launch
+
+    def counted(*args, **kwargs):
+        made.append(args[0])
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "launch", counted)
+    return made
+
+
+def test_a_foreign_array_of_another_device_given_to_an_op_is_refused(
+        two_devices, stream, launches):
+    a = device_zeros(16, stream=stream)
+    memory = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [memory]  # the other library's memory is on device 1
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"ng\.add_into\(\): b lives on device 1.*a stream of device 0"):
+        ng.add_into(a, _Foreign(memory), out, stream=stream)
+    assert launches == []
+    ng.add_into(a, _Foreign(out), out, stream=stream)  # device 0's memory runs
+    stream.synchronize()
+
+
+def test_a_foreign_array_of_another_device_is_refused_inside_a_capture(
+        two_devices, stream, launches):
+    a = device_zeros(16, stream=stream)
+    memory = device_zeros(16, stream=stream)
+    ng.add_into(a, 1.0, a, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [memory]
+    launches.clear()
+    with pytest.raises(ng.DeviceMismatchError, match="out lives on device 1"):
+        with ng.capture(stream):
+            ng.add_into(a, 1.0, _Foreign(memory), stream=stream)
+    assert launches == [] and not ng.is_capturing(stream)
+
+
+def test_an_op_of_several_kernels_is_refused_before_its_first(two_devices, stream, launches):
+    x = cuda.to_device(np.arange(4096, dtype=np.float32), stream=stream)
+    out = device_zeros(1, stream=stream)
+    ng.sum_into(x, out, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [out]
+    launches.clear()
+    with pytest.raises(ng.DeviceMismatchError, match=r"ng\.sum_into\(\): out lives on device 1"):
+        ng.sum_into(x, out, stream=stream)
+    assert launches == []
+
+
+def test_a_device_copy_to_another_device_is_refused(two_devices, stream):
+    # copy_into copies whole arrays with the driver's copy, not a kernel.
+    x = cuda.to_device(np.full(16, 3.0, np.float32), stream=stream)
+    out = device_zeros(16, stream=stream)
+    two_devices.on_one = [out]
+    with pytest.raises(ng.DeviceMismatchError, match="out lives on device 1"):
+        ng.copy_into(x, out, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 0.0)
+
+
+def test_a_matrix_product_with_an_operand_of_another_device_is_refused(
+        two_devices, stream, launches):
+    a = cuda.to_device(np.ones((4, 4), np.float32), stream=stream)
+    b = cuda.to_device(np.ones((4, 4), np.float32), stream=stream)
+    out = device_zeros((4, 4), stream=stream)
+    two_devices.on_one = [b]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"ng\.matmul_into\(\): b lives on device 1.*cuda\.gpus\[1\]"):
+        ng.matmul_into(a, b, out, stream=stream)
+    assert launches == []
+
+
+def test_a_remembered_op_call_asks_no_device_again(two_devices, stream, monkeypatch):
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    for _ in range(2):  # checked, then remembered
+        ng.add_into(a, 1.0, out, stream=stream)
+    asked = []
+    monkeypatch.setattr(backend, "array_device_id", lambda dev: asked.append(dev) or 0)
+    ng.add_into(a, 1.0, out, stream=stream)
+    stream.synchronize()
+    assert asked == []
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0)
+
+
+def test_with_one_device_an_op_asks_no_device(stream, monkeypatch):
+    def refused(*args):
+        raise AssertionError("asked with one device")
+
+    monkeypatch.setattr(backend, "device_count", lambda: 1)
+    for name in ("stream_device_id", "array_device_id", "current_device_id",
+                 "pointer_device_id"):
+        monkeypatch.setattr(backend, name, refused)
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    ng.add_into(_Foreign(a), 2.0, out, stream=stream)
+    ng.copy_into(a, out, stream=stream)
+    stream.synchronize()
+
+
 # ---------------------------------------------------------------- two GPUs
 
 @pytest.mark.driver_only(reason="two real devices")
@@ -342,8 +461,11 @@ def test_two_real_devices_refuse_what_crosses_them():
         with pytest.raises(ng.DeviceMismatchError, match="device 1, while device 0"):
             with ng.capture(s1):
                 pass
-        with pytest.raises(ng.DeviceMismatchError, match="operand lives on device 1"):
+        with pytest.raises(ng.DeviceMismatchError, match="a lives on device 1"):
             ng.add_into(x1, 1.0, x0, stream=s0)
+        # Another library's array is known by where its memory is.
+        with pytest.raises(ng.DeviceMismatchError, match="b lives on device 1"):
+            ng.add_into(x0, _Foreign(x1), x0, stream=s0)
         with pytest.raises(ng.DeviceMismatchError, match="lives on device 1"):
             with ng.capture(s0):
                 ng.add_into(x0, pos1, x0, stream=s0)

@@ -1,5 +1,6 @@
 """What numbagraph.ops needs from the CUDA driver: device views of foreign
-arrays, the device's size for launch grids, zero fills and device copies."""
+arrays, the device's size for launch grids, zero fills and device copies;
+which device a stream, an array or an address belongs to."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ def as_device_array(obj: Any) -> Any:
     if getattr(obj, "__cuda_array_interface__", None) is not None:
         dev = cuda.as_cuda_array(obj, sync=False)
         _check_memory(dev, obj)
+        if device_count() > 1 and dev.size:
+            # numba makes the view in the current context; memory of another
+            # device gets a view made in that device's, so that the view
+            # names the device it is on (array_device_id).
+            ordinal = pointer_device_id(dev.device_ctypes_pointer.value)
+            if ordinal != array_device_id(dev):
+                with use_device(ordinal):
+                    dev = cuda.as_cuda_array(obj, sync=False)
         return dev
     return None
 
@@ -206,6 +215,15 @@ def array_device_id(dev: Any) -> int | None:
     context = getattr(getattr(dev, "gpu_data", None), "context", None)
     device = getattr(context, "device", None)
     return None if device is None else int(device.id)
+
+
+_DEVICE_ORDINAL = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+
+def pointer_device_id(pointer: int) -> int:
+    """The ordinal the driver gives the device of the memory at ``pointer``
+    (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)."""
+    return int(check("cuPointerGetAttribute", cu.cuPointerGetAttribute(_DEVICE_ORDINAL, pointer)))
 
 
 def use_device(ordinal: int) -> Any:

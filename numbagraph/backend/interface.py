@@ -302,7 +302,9 @@ class Backend(Protocol):
         when it is not device memory. Raises OpError, naming the problem,
         when its ``__cuda_array_interface__`` gives a pointer a kernel
         cannot use: NULL, not memory CUDA knows, or an extent past its
-        allocation."""
+        allocation. With several devices, a foreign array's view belongs
+        to the device its memory is on (``pointer_device_id``), whichever
+        is current, so ``array_device_id`` names it."""
 
     def current_device_id(self) -> int:
         """The ordinal of the calling thread's current device."""
@@ -322,6 +324,12 @@ class Backend(Protocol):
         """The ordinal of the device a numba device array's memory lives on,
         read from what numba keeps with it (no driver call), or None when
         ``dev`` is not a numba device array."""
+
+    def pointer_device_id(self, pointer: int) -> int:
+        """The ordinal of the device the memory at ``pointer`` (an address
+        in device memory, not NULL) is on, asked of the driver each time:
+        the address space is shared by every device, so an address freed on
+        one may next be memory of another."""
 
     def use_device(self, ordinal: int) -> Any:
         """A context manager making device ``ordinal`` current on the calling
@@ -476,9 +484,6 @@ class Backend(Protocol):
         """The communicator of ``size`` ranks named by ``unique_id``, this
         process being ``rank``, on the current device; returns once every
         rank has called it."""
-
-    def dist_buffer_device(self, dev: Any) -> int:
-        """The ordinal of the device whose memory a device array is."""
 
     def dist_collective(self, comm: Any, kind: str, send: Any, recv: Any, count: int,
                         datatype: int, op: int, root: int, handle: int) -> None:
