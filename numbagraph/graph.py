@@ -378,6 +378,11 @@ class CapturedGraph:
         """Upload the graph to the device ahead of its first launch, so that
         launch does not pay for it.
 
+        As a launch is, the upload (and the graph's instantiation, where it
+        comes first) is made on the graph's own device
+        ([device][numbagraph.CapturedGraph.device]) whichever device is
+        current; ``stream`` must belong to that device.
+
         Parameters
         ----------
         stream
@@ -396,6 +401,9 @@ class CapturedGraph:
             capture that forbids it is ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        DeviceMismatchError
+            ``stream`` belongs to another device than the graph's; nothing
+            was uploaded.
         CudaInHostCallbackError
             Called from inside a host callback.
         """

@@ -470,3 +470,36 @@ def test_two_real_devices_refuse_what_crosses_them():
             with ng.capture(s0):
                 ng.add_into(x0, pos1, x0, stream=s0)
         s0.synchronize()
+
+
+def _captured_alongside_another_on_device_one():
+    """A graph of device 1, captured while another capture of device 1 was
+    active, so not instantiated yet, and the array it adds one to."""
+    with cuda.gpus[1]:
+        s1, other = cuda.stream(), cuda.stream()
+        x = cuda.to_device(np.zeros(32, np.int32), stream=s1)
+        add_one[1, 32, s1](x)
+        ng.begin_capture(other)
+        try:
+            with ng.capture(s1) as cap:
+                add_one[1, 32, s1](x)
+        finally:
+            ng.abort_capture(other)
+        s1.synchronize()
+    return cap.graph, x, s1
+
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("first", ["upload", "launch"])
+def test_a_graph_of_device_one_is_instantiated_with_device_zero_current(first):
+    graph, x, s1 = _captured_alongside_another_on_device_one()
+    cuda.select_device(0)
+    if first == "upload":
+        graph.upload()
+    graph.launch()
+    graph.upload(s1)
+    graph.launch(s1)
+    s1.synchronize()
+    with cuda.gpus[1]:
+        np.testing.assert_array_equal(x.copy_to_host(), 3)

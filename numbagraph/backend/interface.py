@@ -119,14 +119,17 @@ class Executable(Protocol):
     instantiated: bool
 
     def instantiate(self) -> Any:
-        """Instantiate the graph now, if it is not yet."""
+        """Instantiate the graph now, if it is not yet, on its own device
+        whichever is current."""
 
     def launcher(self, handle: int) -> Callable[[], None]:
         """A call that replays the graph on the stream, with every argument
-        of the launch converted once."""
+        of the launch converted once, on the graph's device whichever is
+        current."""
 
     def upload(self, handle: int) -> None:
-        """Upload the graph on the stream ahead of its first launch."""
+        """Upload the graph on the stream ahead of its first launch, on the
+        graph's device whichever is current."""
 
     def update(self, other: "Executable") -> None:
         """Take the node parameters ``other`` runs now (those it took at its
