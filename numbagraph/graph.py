@@ -434,6 +434,9 @@ class CapturedGraph:
             This graph or ``other`` was closed.
         NumbagraphError
             The graphs differ in shape; capture a new graph instead.
+        DeviceMismatchError
+            ``other`` was captured on another device than this graph
+            ([device][numbagraph.CapturedGraph.device]); nothing changed.
         UncapturableOperationError
             This graph must be instantiated now and a capture forbids it.
 
@@ -449,6 +452,14 @@ class CapturedGraph:
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
         if _host_attention[0]:
             _hostcalls.refuse_here("graph.update()")
+        if other._device != self._device:
+            raise DeviceMismatchError(
+                f"graph.update(): this graph was captured on device {self._device} and runs "
+                f"there, and the graph given was captured on device {other._device}: its "
+                f"kernels and arrays are device {other._device}'s. Update from a graph "
+                f"captured on device {self._device} (the same work, with `with "
+                f"cuda.gpus[{self._device}]:` around its capture), or launch the other graph "
+                "on its own device. The graph is unchanged")
         if self._owns_memory() or other._owns_memory():
             raise NumbagraphError(
                 "graph update: a graph that allocates memory inside it cannot be "
@@ -518,6 +529,10 @@ class CapturedGraph:
         UncapturableOperationError
             The graph, captured while another capture was active, must be
             instantiated now and a capture forbids it.
+        DeviceMismatchError
+            A new array or DeviceScalar lives on another device than the
+            graph's ([device][numbagraph.CapturedGraph.device]). Checked
+            before anything changes.
 
         Examples
         --------
@@ -550,6 +565,8 @@ class CapturedGraph:
         if not moves:
             self._executable()
             return
+        if _backend.device_count() > 1:
+            self._refuse_other_device_arrays(pairs, moves)
         res = self._res
         if res.fixed is None:
             res.fixed = _rebind.fixed_of(res.keepalive)
@@ -584,6 +601,24 @@ class CapturedGraph:
                 "graph is unchanged. Capture the work again with the new arrays") from exc
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
+
+    def _refuse_other_device_arrays(self, pairs: list[tuple[Any, Any]],
+                                    moves: list[Any]) -> None:
+        """Refuse a rebinding to an array or DeviceScalar of another device
+        than the graph's, before anything changes: its nodes would read
+        memory of another device."""
+        wrappers = _registry.device_wrappers
+        for i, ((_, new), move) in enumerate(zip(pairs, moves)):
+            found = getattr(new, "device", None) if type(new) in wrappers else None
+            if not isinstance(found, int):
+                found = _backend.array_device_id(move.target)
+            if found is not None and found != self._device:
+                raise DeviceMismatchError(
+                    f"rebind pair {i}: the new {type(new).__name__} lives on device {found}, "
+                    f"but the graph was captured on device {self._device} and runs there, "
+                    f"where it cannot be read. Rebind to arrays and scalars of device "
+                    f"{self._device} (copy it across first), or capture the work again on "
+                    f"device {found} for a graph of its own. The graph is unchanged")
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

@@ -192,6 +192,93 @@ def test_a_graph_of_another_device_as_a_conditional_body_is_refused(
     assert not ng.is_capturing(other_stream)
 
 
+def test_an_update_from_a_graph_of_another_device_is_refused(captured, two_devices, stream,
+                                                             other_stream):
+    graph, x = captured
+    y = device_zeros(32, stream=other_stream)
+    two_devices.on_one, two_devices.current = [other_stream, y], 1
+    with ng.capture(other_stream) as cap:
+        add_one[1, 32, other_stream](y)
+    two_devices.current = 0
+    assert cap.graph.device == 1
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"captured on device 0.*captured on device 1.*cuda\.gpus\[0\]"):
+        graph.update(cap.graph)
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+    np.testing.assert_array_equal(y.copy_to_host(), 0)
+
+
+def test_a_rebinding_to_an_array_of_another_device_is_refused(captured, two_devices, stream):
+    graph, x = captured
+    y = device_zeros(32, stream=stream)
+    two_devices.on_one = [y]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"rebind pair 0: .* lives on device 1.*captured on device 0"):
+        graph.rebind({x: y})
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+    np.testing.assert_array_equal(y.copy_to_host(), 0)
+
+
+def test_a_rebinding_to_a_scalar_of_another_device_is_refused(
+        two_devices, stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, pos)
+    two_devices.on_one = [other_stream]
+    elsewhere = ng.DeviceScalar(5.0, dtype=np.float32, stream=other_stream)
+    with pytest.raises(ng.DeviceMismatchError, match="DeviceScalar lives on device 1"):
+        cap.graph.rebind({pos: elsewhere})
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2.0)
+
+
+def test_a_rebinding_on_one_device_asks_no_device(captured, stream, monkeypatch):
+    graph, x = captured
+    y = device_zeros(32, stream=stream)
+    monkeypatch.setattr(backend, "array_device_id", lambda dev: 1)  # never asked
+    graph.rebind({x: y})
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(y.copy_to_host(), 1)
+
+
+# ---------------------------------------------------------------- forks
+
+def test_a_fork_of_a_stream_of_another_device_is_refused(two_devices, stream, other_stream):
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    two_devices.on_one = [other_stream]
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.DeviceMismatchError,
+                           match=r"device 1.*records on device 0.*cuda\.gpus\[0\]"):
+            with ng.fork(other_stream):
+                pass
+        assert not ng.is_capturing(other_stream)
+        add_one[1, 32, stream](x)  # the capture goes on
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
+def test_a_fork_of_a_stream_of_the_captures_device_runs(two_devices, stream, other_stream):
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    two_devices.on_one, two_devices.current = [stream, other_stream], 1
+    with ng.capture(stream) as cap:
+        with ng.fork(other_stream):
+            add_one[1, 32, other_stream](x)
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
 # ---------------------------------------------------------------- scalars
 
 def test_a_scalar_of_another_device_given_to_a_capture_is_refused(
@@ -469,6 +556,17 @@ def test_two_real_devices_refuse_what_crosses_them():
         with pytest.raises(ng.DeviceMismatchError, match="lives on device 1"):
             with ng.capture(s0):
                 ng.add_into(x0, pos1, x0, stream=s0)
+        with pytest.raises(ng.DeviceMismatchError, match="belongs to device 1"):
+            with ng.capture(s0):
+                with ng.fork(s1):
+                    pass
+        with pytest.raises(ng.DeviceMismatchError, match="rebind pair 0"):
+            cap.graph.rebind({x1: x0})
+        add_one[1, 32, s0](x0)
+        with ng.capture(s0) as cap0:
+            add_one[1, 32, s0](x0)
+        with pytest.raises(ng.DeviceMismatchError, match="captured on device 1"):
+            cap.graph.update(cap0.graph)
         s0.synchronize()
 
 
