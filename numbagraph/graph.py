@@ -97,15 +97,14 @@ def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[
     frees do not wait for the device gets them only once the streams the
     graph ran on have finished. ``last_stream``, the object whose handle
     ``last`` is, is held until the frees are enqueued."""
-    if executable is not None:
-        executable.close()
-    if owned:
-        # Freed on the graph's device, whichever device is current.
-        if _backend.device_count() > 1 and _backend.current_device_id() != device:
-            with _backend.use_device(device):
-                _backend.release_graph_memory(owned, last)
-        else:
-            _backend.release_graph_memory(owned, last)
+    try:
+        if executable is not None:
+            executable.close()
+    finally:
+        if owned:
+            # Freed in the graph's device's context, whichever device is
+            # current, even where destroying the executable failed.
+            _backend.release_graph_memory(owned, last, device)
     if keepalive and launched and not _backend.frees_wait_for_device():
         for handle in launched:
             try:

@@ -9,6 +9,7 @@ and refusals. The tests marked driver_only that need two GPUs run them on
 two real devices.
 """
 
+import gc
 import threading
 
 import numpy as np
@@ -247,6 +248,61 @@ def test_a_rebinding_on_one_device_asks_no_device(captured, stream, monkeypatch)
     graph.launch()
     stream.synchronize()
     np.testing.assert_array_equal(y.copy_to_host(), 1)
+
+
+@pytest.mark.parametrize("how", ["closed", "collected"])
+def test_graph_memory_is_freed_on_the_graphs_device_with_another_current(
+        two_devices, stream, monkeypatch, how):
+    out = device_zeros(32, stream=stream)
+    ng.add_into(out, 1.0, out, stream=stream)
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(32, np.float32, stream=stream)
+        ng.fill_into(tmp, 2.0, stream=stream)
+        ng.add_into(out, tmp, out, stream=stream)
+    graph = cap.graph
+    graph.launch()
+    stream.synchronize()
+    freed = []
+    release = backend.release_graph_memory
+
+    def recorded(allocations, handle, device):
+        freed.append((len(allocations), device, two_devices.current))
+        release(allocations, handle, device)
+
+    monkeypatch.setattr(backend, "release_graph_memory", recorded)
+    two_devices.current = 1
+    del tmp
+    if how == "closed":
+        graph.close()
+    else:
+        del cap, graph
+        gc.collect()
+    assert freed == [(1, 0, 1)]  # one allocation, device 0's, with device 1 current
+
+
+def test_graph_memory_is_freed_when_destroying_the_executable_fails(stream, monkeypatch):
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(32, np.float32, stream=stream)
+        ng.fill_into(tmp, 2.0, stream=stream)
+    graph = cap.graph
+    graph.launch()
+    stream.synchronize()
+    executable = graph._res.executable
+    close = executable.close
+
+    def failed():
+        close()
+        raise RuntimeError("the driver refused")
+
+    monkeypatch.setattr(executable, "close", failed)
+    freed = []
+    release = backend.release_graph_memory
+    monkeypatch.setattr(backend, "release_graph_memory",
+                        lambda owned, *rest: freed.append(len(owned)) or release(owned, *rest))
+    del tmp
+    graph.close()
+    stream.synchronize()
+    assert freed == [1]
 
 
 # ---------------------------------------------------------------- forks
@@ -601,3 +657,35 @@ def test_a_graph_of_device_one_is_instantiated_with_device_zero_current(first):
     s1.synchronize()
     with cuda.gpus[1]:
         np.testing.assert_array_equal(x.copy_to_host(), 3)
+
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+def test_graph_memory_of_device_one_is_freed_inside_a_numba_call_on_device_zero(monkeypatch):
+    from cuda.bindings import driver as cu
+    from numba.cuda.cudadrv import devices
+
+    with cuda.gpus[1]:
+        s1 = cuda.stream()
+        out = cuda.to_device(np.zeros(32, np.float32), stream=s1)
+        ng.add_into(out, 1.0, out, stream=s1)
+        with ng.capture(s1) as cap:
+            tmp = ng.empty(32, np.float32, stream=s1)
+            ng.fill_into(tmp, 2.0, stream=s1)
+            ng.add_into(out, tmp, out, stream=s1)
+        cap.graph.launch()
+        s1.synchronize()
+    graph = cap.graph
+    del cap, tmp
+    freed = []
+    free = cu.cuMemFreeAsync
+    monkeypatch.setattr(cu, "cuMemFreeAsync", lambda *args: freed.append(free(*args)) or freed[-1])
+    cuda.select_device(0)
+    # A graph dropped while numba holds device 0's context for one of its
+    # calls: numba refuses to switch contexts there.
+    with devices._runtime.ensure_context():
+        graph.close()
+    assert [result[0] for result in freed] == [cu.CUresult.CUDA_SUCCESS]
+    with cuda.gpus[1]:
+        s1.synchronize()
+        np.testing.assert_array_equal(out.copy_to_host(), 3.0)

@@ -394,9 +394,12 @@ class Backend(Protocol):
         """A new device array over the memory of ``dev`` (graph-owned),
         known by :meth:`graph_memory_of` as ``(allocation, output)``."""
 
-    def release_graph_memory(self, allocations: Sequence[Any], handle: int | None) -> None:
+    def release_graph_memory(self, allocations: Sequence[Any], handle: int | None,
+                             device: int) -> None:
         """Free the allocations a closed graph's last launch left allocated,
-        in the order of the stream ``handle`` it last ran on."""
+        in the order of the stream ``handle`` it last ran on, in the context
+        of the graph's device ``device`` whichever device is current (a
+        finalizer may run it anywhere, inside one of numba's calls too)."""
 
     def graph_memory_info(self) -> tuple[int, int, int, int]:
         """The current device's graph memory: bytes in use now and at most,
