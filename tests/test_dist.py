@@ -231,7 +231,8 @@ def test_a_tcpstore_that_fails_is_said_as_the_socket_is(monkeypatch):
         def __init__(self, *args, **kwargs):
             raise RuntimeError("The client socket has timed out after 1s")
 
-    monkeypatch.setitem(sys.modules, "torch.distributed", types.SimpleNamespace(TCPStore=TCPStore))
+    monkeypatch.setitem(sys.modules, "torch.distributed",
+                        types.SimpleNamespace(TCPStore=TCPStore))
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29501")
     with pytest.raises(ng.DistError, match=r"rank 1 of 2 could not reach torch's TCPStore "
