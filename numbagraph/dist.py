@@ -254,6 +254,20 @@ def _checked_id(uid: Any) -> bytes:
     return value
 
 
+def _unreached(rank: int, size: int, host: str, port: int, what: str, timeout: float,
+               exc: BaseException | None = None) -> DistError:
+    """The error of a rank whose exchange of the unique id with rank 0 at
+    ``host:port`` failed at ``what``, saying what to check."""
+    cause = "" if exc is None else f" ({type(exc).__name__}: {exc})"
+    return DistError(
+        f"rank {rank} of {size} could not {what}{cause}, exchanging the communicator's "
+        f"unique id with rank 0 at {host}:{port}. Check that MASTER_ADDR ({host}) names "
+        f"rank 0's machine, reachable from every rank, and MASTER_PORT ({port}) a port "
+        f"free there; that no firewall blocks port {port} between the machines; and that "
+        f"all {size} ranks were started, each within {timeout:g} s (init(timeout=)) of "
+        "the others")
+
+
 def _torch_exchange(rank: int, size: int, key: str, timeout: float) -> bytes:
     """The unique id rank 0 makes, given to every rank through a TCPStore at
     MASTER_ADDR:MASTER_PORT (torchrun's own, where it serves one)."""
@@ -270,39 +284,69 @@ def _torch_exchange(rank: int, size: int, key: str, timeout: float) -> bytes:
 
     # torchrun's agent serves a store on MASTER_PORT that workers join.
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    store = TCPStore(host, port, None, is_master=rank == 0 and not agent,
-                     timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False,
-                     multi_tenant=True)
+    # torch raises its store's failures as RuntimeErrors (DistNetworkError,
+    # DistStoreError), and a timeout as one too or as TimeoutError.
+    try:
+        store = TCPStore(host, port, None, is_master=rank == 0 and not agent,
+                         timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False,
+                         multi_tenant=True)
+    except (RuntimeError, OSError) as exc:
+        raise _unreached(rank, size, host, port, "reach torch's TCPStore", timeout,
+                         exc) from None
     if rank == 0:
         uid = _backend.dist_unique_id()
-        store.set(key, uid)
+        try:
+            store.set(key, uid)
+        except (RuntimeError, OSError) as exc:
+            raise _unreached(rank, size, host, port, "write its unique id into torch's "
+                             "TCPStore", timeout, exc) from None
         _servers.append(store)
         return uid
-    return bytes(store.get(key))
+    try:
+        return bytes(store.get(key))
+    except (RuntimeError, OSError) as exc:
+        raise _unreached(rank, size, host, port, "read rank 0's unique id from torch's "
+                         "TCPStore", timeout, exc) from None
 
 
 def _socket_exchange(host: str, port: int, rank: int, size: int, timeout: float,
                      make: Any) -> bytes:
     """The unique id rank 0 makes (``make()``), sent by rank 0 to each other
     rank that connects to it at ``host:port``, where torch is not
-    installed."""
+    installed. Every failure of the network is a DistError naming the
+    address, the rank and what to check."""
     deadline = time.monotonic() + timeout
     if rank == 0:
         uid = make()
-        with socket.create_server(("", port)) as server:
+        try:
+            server = socket.create_server(("", port))
+        except OSError as exc:
+            raise _unreached(rank, size, host, port, f"listen on port {port}", timeout,
+                             exc) from None
+        with server:
             server.settimeout(timeout)
             for sent in range(size - 1):
                 try:
-                    peer, _address = server.accept()
+                    peer, address = server.accept()
                 except socket.timeout:
-                    raise DistError(f"rank 0 waited {timeout:g} s on port {port} and {sent} of "
-                                    f"the {size - 1} other ranks came") from None
+                    raise _unreached(rank, size, host, port,
+                                     f"hear from every rank: {sent} of the {size - 1} others "
+                                     f"connected within {timeout:g} s", timeout) from None
+                except OSError as exc:
+                    raise _unreached(rank, size, host, port, "accept a connection",
+                                     timeout, exc) from None
                 with peer:
-                    peer.sendall(struct.pack("!I", len(uid)) + uid)
+                    try:
+                        peer.sendall(struct.pack("!I", len(uid)) + uid)
+                    except OSError as exc:
+                        raise _unreached(rank, size, host, port,
+                                         f"send its unique id to {address[0]}", timeout,
+                                         exc) from None
         return uid
     while True:
         try:
-            with socket.create_connection((host, port), timeout=timeout) as conn:
+            left = max(deadline - time.monotonic(), 0.05)
+            with socket.create_connection((host, port), timeout=left) as conn:
                 data = b""
                 while len(data) < 4 or len(data) < 4 + struct.unpack("!I", data[:4])[0]:
                     chunk = conn.recv(4096)
@@ -310,10 +354,16 @@ def _socket_exchange(host: str, port: int, rank: int, size: int, timeout: float,
                         raise ConnectionError("rank 0 closed the connection early")
                     data += chunk
                 return data[4:]
-        except (ConnectionRefusedError, ConnectionError, socket.timeout) as exc:
+        except socket.gaierror as exc:
+            # A name that does not resolve now will not within the wait.
+            raise _unreached(rank, size, host, port, f"find the machine {host}", timeout,
+                             exc) from None
+        except OSError as exc:
+            # Refused, reset, unreachable or timed out: rank 0 may not be
+            # listening yet, so it is tried again until the time is up.
             if time.monotonic() > deadline:
-                raise DistError(f"rank {rank} could not reach rank 0 at {host}:{port} within "
-                                f"{timeout:g} s ({exc})") from None
+                raise _unreached(rank, size, host, port,
+                                 f"reach rank 0 within {timeout:g} s", timeout, exc) from None
             time.sleep(0.05)
 
 
@@ -371,7 +421,9 @@ def init(*, rank: int | None = None, world_size: int | None = None,
         NCCL cannot run here (on the driver without ``pip install
         numbagraph[dist]``; more than one rank on the simulator), the
         arguments or the launcher's environment do not fit, a capture is in
-        progress (a communicator allocates device memory), or NCCL refused.
+        progress (a communicator allocates device memory), rank 0's unique
+        id could not be exchanged at ``MASTER_ADDR:MASTER_PORT`` (the error
+        names the address, the rank and what to check), or NCCL refused.
 
     Examples
     --------
@@ -524,7 +576,7 @@ def _check_memory(kind: str, x: Any, out: Any, comm: Communicator, stream: Any,
             f"{comm.device}; pass a stream of device {comm.device}")
     for what, dev in (("x", x), ("out", out)):
         if dev.size:
-            where = _backend.dist_buffer_device(dev)
+            where = _backend.pointer_device_id(_backend.device_pointer(dev))
             if where != comm.device:
                 raise DeviceMismatchError(
                     f"{name}: {what} is memory of device {where} and the communicator's "

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from . import _forks, _registry
 from ._registry import LEGACY_DEFAULT_HANDLES, key_of
 from .backend import active as _backend
-from .errors import CaptureStateError
+from .errors import CaptureStateError, DeviceMismatchError
 
 __all__ = ["fork"]
 
@@ -81,6 +81,9 @@ class fork:
         another capture. Nothing was recorded; the capture goes on.
     CaptureInvalidatedError
         Entering: another thread's refused operation ended the capture.
+    DeviceMismatchError
+        Entering: ``stream`` belongs to another device than the capture's.
+        Nothing was recorded; the capture goes on.
 
     Examples
     --------
@@ -164,6 +167,15 @@ class fork:
             raise CaptureStateError(
                 f"ng.fork({self.stream!r}): that stream captures, in a capture begun "
                 "outside numbagraph; fork another stream. The capture goes on")
+        if _backend.device_count() > 1:
+            device = _backend.stream_device_id(self.stream)
+            if device != session.device:
+                raise DeviceMismatchError(
+                    f"ng.fork({self.stream!r}): that stream belongs to device {device}, and "
+                    f"{where} records on device {session.device}, which the kernels "
+                    "launched in the block are compiled for. Fork a stream of device "
+                    f"{session.device} (made with `with cuda.gpus[{session.device}]: "
+                    "s2 = cuda.stream()`). Nothing was recorded; the capture goes on")
         at = _forks.mark(session, parent_handle)
         _backend.wait_stream(handle, parent_handle)
         _forks.waited(session, self.stream, handle, at)

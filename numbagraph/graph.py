@@ -97,15 +97,14 @@ def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[
     frees do not wait for the device gets them only once the streams the
     graph ran on have finished. ``last_stream``, the object whose handle
     ``last`` is, is held until the frees are enqueued."""
-    if executable is not None:
-        executable.close()
-    if owned:
-        # Freed on the graph's device, whichever device is current.
-        if _backend.device_count() > 1 and _backend.current_device_id() != device:
-            with _backend.use_device(device):
-                _backend.release_graph_memory(owned, last)
-        else:
-            _backend.release_graph_memory(owned, last)
+    try:
+        if executable is not None:
+            executable.close()
+    finally:
+        if owned:
+            # Freed in the graph's device's context, whichever device is
+            # current, even where destroying the executable failed.
+            _backend.release_graph_memory(owned, last, device)
     if keepalive and launched and not _backend.frees_wait_for_device():
         for handle in launched:
             try:
@@ -378,6 +377,11 @@ class CapturedGraph:
         """Upload the graph to the device ahead of its first launch, so that
         launch does not pay for it.
 
+        As a launch is, the upload (and the graph's instantiation, where it
+        comes first) is made on the graph's own device
+        ([device][numbagraph.CapturedGraph.device]) whichever device is
+        current; ``stream`` must belong to that device.
+
         Parameters
         ----------
         stream
@@ -396,6 +400,9 @@ class CapturedGraph:
             capture that forbids it is ended.
         ForeignStreamInCaptureError
             ``stream`` is the legacy default stream while a stream captures.
+        DeviceMismatchError
+            ``stream`` belongs to another device than the graph's; nothing
+            was uploaded.
         CudaInHostCallbackError
             Called from inside a host callback.
         """
@@ -426,6 +433,9 @@ class CapturedGraph:
             This graph or ``other`` was closed.
         NumbagraphError
             The graphs differ in shape; capture a new graph instead.
+        DeviceMismatchError
+            ``other`` was captured on another device than this graph
+            ([device][numbagraph.CapturedGraph.device]); nothing changed.
         UncapturableOperationError
             This graph must be instantiated now and a capture forbids it.
 
@@ -441,6 +451,14 @@ class CapturedGraph:
             raise TypeError(f"update() takes a CapturedGraph, not {type(other).__name__}")
         if _host_attention[0]:
             _hostcalls.refuse_here("graph.update()")
+        if other._device != self._device:
+            raise DeviceMismatchError(
+                f"graph.update(): this graph was captured on device {self._device} and runs "
+                f"there, and the graph given was captured on device {other._device}: its "
+                f"kernels and arrays are device {other._device}'s. Update from a graph "
+                f"captured on device {self._device} (the same work, with `with "
+                f"cuda.gpus[{self._device}]:` around its capture), or launch the other graph "
+                "on its own device. The graph is unchanged")
         if self._owns_memory() or other._owns_memory():
             raise NumbagraphError(
                 "graph update: a graph that allocates memory inside it cannot be "
@@ -510,6 +528,10 @@ class CapturedGraph:
         UncapturableOperationError
             The graph, captured while another capture was active, must be
             instantiated now and a capture forbids it.
+        DeviceMismatchError
+            A new array or DeviceScalar lives on another device than the
+            graph's ([device][numbagraph.CapturedGraph.device]). Checked
+            before anything changes.
 
         Examples
         --------
@@ -542,6 +564,8 @@ class CapturedGraph:
         if not moves:
             self._executable()
             return
+        if _backend.device_count() > 1:
+            self._refuse_other_device_arrays(pairs, moves)
         res = self._res
         if res.fixed is None:
             res.fixed = _rebind.fixed_of(res.keepalive)
@@ -578,6 +602,24 @@ class CapturedGraph:
             _rebind.shift_fixed(res.fixed, moves)
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
+
+    def _refuse_other_device_arrays(self, pairs: list[tuple[Any, Any]],
+                                    moves: list[Any]) -> None:
+        """Refuse a rebinding to an array or DeviceScalar of another device
+        than the graph's, before anything changes: its nodes would read
+        memory of another device."""
+        wrappers = _registry.device_wrappers
+        for i, ((_, new), move) in enumerate(zip(pairs, moves)):
+            found = getattr(new, "device", None) if type(new) in wrappers else None
+            if not isinstance(found, int):
+                found = _backend.array_device_id(move.target)
+            if found is not None and found != self._device:
+                raise DeviceMismatchError(
+                    f"rebind pair {i}: the new {type(new).__name__} lives on device {found}, "
+                    f"but the graph was captured on device {self._device} and runs there, "
+                    f"where it cannot be read. Rebind to arrays and scalars of device "
+                    f"{self._device} (copy it across first), or capture the work again on "
+                    f"device {found} for a graph of its own. The graph is unchanged")
 
     def close(self) -> None:
         """Free the graph now (or, during a capture, once no capture is

@@ -9,6 +9,7 @@ and refusals. The tests marked driver_only that need two GPUs run them on
 two real devices.
 """
 
+import gc
 import threading
 
 import numpy as np
@@ -41,15 +42,16 @@ def two_devices(monkeypatch):
         def stream_device(self, stream):
             handle = backend.stream_handle(stream)
             return 1 if any(backend.stream_handle(s) == handle for s in self.on_one
-                            if not hasattr(s, "__cuda_array_interface__")) else 0
+                            if not _is_array(s)) else 0
 
         def array_device(self, dev):
+            # Memory named in on_one, seen through any view of it (a foreign
+            # array's included), is device 1's.
             if not getattr(dev, "__cuda_ndarray__", False):
                 return None
             ptr = backend.device_pointer(dev)
-            return 1 if any(hasattr(a, "__cuda_array_interface__")
-                            and backend.device_pointer(a) == ptr for a in self.on_one) \
-                else self.arrays
+            return 1 if any(_is_array(a) and backend.device_pointer(a) == ptr
+                            for a in self.on_one) else self.arrays
 
     model = Model()
     model.on_one = []
@@ -60,6 +62,10 @@ def two_devices(monkeypatch):
     monkeypatch.setattr(backend, "use_device", lambda ordinal: _Switch(model, ordinal))
     yield model
     _launch._stream_devices.clear()  # the devices of the modelled streams
+
+
+def _is_array(obj):
+    return getattr(obj, "__cuda_ndarray__", False) or hasattr(obj, "__cuda_array_interface__")
 
 
 class _Switch:
@@ -187,6 +193,148 @@ def test_a_graph_of_another_device_as_a_conditional_body_is_refused(
     assert not ng.is_capturing(other_stream)
 
 
+def test_an_update_from_a_graph_of_another_device_is_refused(captured, two_devices, stream,
+                                                             other_stream):
+    graph, x = captured
+    y = device_zeros(32, stream=other_stream)
+    two_devices.on_one, two_devices.current = [other_stream, y], 1
+    with ng.capture(other_stream) as cap:
+        add_one[1, 32, other_stream](y)
+    two_devices.current = 0
+    assert cap.graph.device == 1
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"captured on device 0.*captured on device 1.*cuda\.gpus\[0\]"):
+        graph.update(cap.graph)
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+    np.testing.assert_array_equal(y.copy_to_host(), 0)
+
+
+def test_a_rebinding_to_an_array_of_another_device_is_refused(captured, two_devices, stream):
+    graph, x = captured
+    y = device_zeros(32, stream=stream)
+    two_devices.on_one = [y]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"rebind pair 0: .* lives on device 1.*captured on device 0"):
+        graph.rebind({x: y})
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+    np.testing.assert_array_equal(y.copy_to_host(), 0)
+
+
+def test_a_rebinding_to_a_scalar_of_another_device_is_refused(
+        two_devices, stream, other_stream, kernels):
+    x = device_zeros(32, stream=stream)
+    pos = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
+    kernels.add[1, 32, stream](x, pos)
+    with ng.capture(stream) as cap:
+        kernels.add[1, 32, stream](x, pos)
+    two_devices.on_one = [other_stream]
+    elsewhere = ng.DeviceScalar(5.0, dtype=np.float32, stream=other_stream)
+    with pytest.raises(ng.DeviceMismatchError, match="DeviceScalar lives on device 1"):
+        cap.graph.rebind({pos: elsewhere})
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2.0)
+
+
+def test_a_rebinding_on_one_device_asks_no_device(captured, stream, monkeypatch):
+    graph, x = captured
+    y = device_zeros(32, stream=stream)
+    monkeypatch.setattr(backend, "array_device_id", lambda dev: 1)  # never asked
+    graph.rebind({x: y})
+    graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(y.copy_to_host(), 1)
+
+
+@pytest.mark.parametrize("how", ["closed", "collected"])
+def test_graph_memory_is_freed_on_the_graphs_device_with_another_current(
+        two_devices, stream, monkeypatch, how):
+    out = device_zeros(32, stream=stream)
+    ng.add_into(out, 1.0, out, stream=stream)
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(32, np.float32, stream=stream)
+        ng.fill_into(tmp, 2.0, stream=stream)
+        ng.add_into(out, tmp, out, stream=stream)
+    graph = cap.graph
+    graph.launch()
+    stream.synchronize()
+    freed = []
+    release = backend.release_graph_memory
+
+    def recorded(allocations, handle, device):
+        freed.append((len(allocations), device, two_devices.current))
+        release(allocations, handle, device)
+
+    monkeypatch.setattr(backend, "release_graph_memory", recorded)
+    two_devices.current = 1
+    del tmp
+    if how == "closed":
+        graph.close()
+    else:
+        del cap, graph
+        gc.collect()
+    assert freed == [(1, 0, 1)]  # one allocation, device 0's, with device 1 current
+
+
+def test_graph_memory_is_freed_when_destroying_the_executable_fails(stream, monkeypatch):
+    with ng.capture(stream) as cap:
+        tmp = ng.empty(32, np.float32, stream=stream)
+        ng.fill_into(tmp, 2.0, stream=stream)
+    graph = cap.graph
+    graph.launch()
+    stream.synchronize()
+    executable = graph._res.executable
+    close = executable.close
+
+    def failed():
+        close()
+        raise RuntimeError("the driver refused")
+
+    monkeypatch.setattr(executable, "close", failed)
+    freed = []
+    release = backend.release_graph_memory
+    monkeypatch.setattr(backend, "release_graph_memory",
+                        lambda owned, *rest: freed.append(len(owned)) or release(owned, *rest))
+    del tmp
+    graph.close()
+    stream.synchronize()
+    assert freed == [1]
+
+
+# ---------------------------------------------------------------- forks
+
+def test_a_fork_of_a_stream_of_another_device_is_refused(two_devices, stream, other_stream):
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    two_devices.on_one = [other_stream]
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.DeviceMismatchError,
+                           match=r"device 1.*records on device 0.*cuda\.gpus\[0\]"):
+            with ng.fork(other_stream):
+                pass
+        assert not ng.is_capturing(other_stream)
+        add_one[1, 32, stream](x)  # the capture goes on
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
+def test_a_fork_of_a_stream_of_the_captures_device_runs(two_devices, stream, other_stream):
+    x = device_zeros(32, stream=stream)
+    add_one[1, 32, stream](x)
+    two_devices.on_one, two_devices.current = [stream, other_stream], 1
+    with ng.capture(stream) as cap:
+        with ng.fork(other_stream):
+            add_one[1, 32, other_stream](x)
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(x.copy_to_host(), 2)
+
+
 # ---------------------------------------------------------------- scalars
 
 def test_a_scalar_of_another_device_given_to_a_capture_is_refused(
@@ -298,6 +446,120 @@ def test_ops_on_a_default_stream_check_the_device_current_on_their_own_thread(
     np.testing.assert_array_equal(other_out.copy_to_host(), 1.0)
 
 
+class _Foreign:
+    """Another library's array: only ``__cuda_array_interface__``, over the
+    memory of a numba array."""
+
+    def __init__(self, dev):
+        self.__cuda_array_interface__ = dict(backend.array_interface(dev), stream=None)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The kernel launches ops make, counted."""
+    made = []
+    launch = backend.launch
+
+    def counted(*args, **kwargs):
+        made.append(args[0])
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "launch", counted)
+    return made
+
+
+def test_a_foreign_array_of_another_device_given_to_an_op_is_refused(
+        two_devices, stream, launches):
+    a = device_zeros(16, stream=stream)
+    memory = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [memory]  # the other library's memory is on device 1
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"ng\.add_into\(\): b lives on device 1.*a stream of device 0"):
+        ng.add_into(a, _Foreign(memory), out, stream=stream)
+    assert launches == []
+    ng.add_into(a, _Foreign(out), out, stream=stream)  # device 0's memory runs
+    stream.synchronize()
+
+
+def test_a_foreign_array_of_another_device_is_refused_inside_a_capture(
+        two_devices, stream, launches):
+    a = device_zeros(16, stream=stream)
+    memory = device_zeros(16, stream=stream)
+    ng.add_into(a, 1.0, a, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [memory]
+    launches.clear()
+    with pytest.raises(ng.DeviceMismatchError, match="out lives on device 1"):
+        with ng.capture(stream):
+            ng.add_into(a, 1.0, _Foreign(memory), stream=stream)
+    assert launches == [] and not ng.is_capturing(stream)
+
+
+def test_an_op_of_several_kernels_is_refused_before_its_first(two_devices, stream, launches):
+    x = cuda.to_device(np.arange(4096, dtype=np.float32), stream=stream)
+    out = device_zeros(1, stream=stream)
+    ng.sum_into(x, out, stream=stream)
+    stream.synchronize()
+    two_devices.on_one = [out]
+    launches.clear()
+    with pytest.raises(ng.DeviceMismatchError, match=r"ng\.sum_into\(\): out lives on device 1"):
+        ng.sum_into(x, out, stream=stream)
+    assert launches == []
+
+
+def test_a_device_copy_to_another_device_is_refused(two_devices, stream):
+    # copy_into copies whole arrays with the driver's copy, not a kernel.
+    x = cuda.to_device(np.full(16, 3.0, np.float32), stream=stream)
+    out = device_zeros(16, stream=stream)
+    two_devices.on_one = [out]
+    with pytest.raises(ng.DeviceMismatchError, match="out lives on device 1"):
+        ng.copy_into(x, out, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), 0.0)
+
+
+def test_a_matrix_product_with_an_operand_of_another_device_is_refused(
+        two_devices, stream, launches):
+    a = cuda.to_device(np.ones((4, 4), np.float32), stream=stream)
+    b = cuda.to_device(np.ones((4, 4), np.float32), stream=stream)
+    out = device_zeros((4, 4), stream=stream)
+    two_devices.on_one = [b]
+    with pytest.raises(ng.DeviceMismatchError,
+                       match=r"ng\.matmul_into\(\): b lives on device 1.*cuda\.gpus\[1\]"):
+        ng.matmul_into(a, b, out, stream=stream)
+    assert launches == []
+
+
+def test_a_remembered_op_call_asks_no_device_again(two_devices, stream, monkeypatch):
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    for _ in range(2):  # checked, then remembered
+        ng.add_into(a, 1.0, out, stream=stream)
+    asked = []
+    monkeypatch.setattr(backend, "array_device_id", lambda dev: asked.append(dev) or 0)
+    ng.add_into(a, 1.0, out, stream=stream)
+    stream.synchronize()
+    assert asked == []
+    np.testing.assert_array_equal(out.copy_to_host(), 1.0)
+
+
+def test_with_one_device_an_op_asks_no_device(stream, monkeypatch):
+    def refused(*args):
+        raise AssertionError("asked with one device")
+
+    monkeypatch.setattr(backend, "device_count", lambda: 1)
+    for name in ("stream_device_id", "array_device_id", "current_device_id",
+                 "pointer_device_id"):
+        monkeypatch.setattr(backend, name, refused)
+    a = device_zeros(16, stream=stream)
+    out = device_zeros(16, stream=stream)
+    ng.add_into(_Foreign(a), 2.0, out, stream=stream)
+    ng.copy_into(a, out, stream=stream)
+    stream.synchronize()
+
+
 # ---------------------------------------------------------------- two GPUs
 
 @pytest.mark.driver_only(reason="two real devices")
@@ -342,9 +604,88 @@ def test_two_real_devices_refuse_what_crosses_them():
         with pytest.raises(ng.DeviceMismatchError, match="device 1, while device 0"):
             with ng.capture(s1):
                 pass
-        with pytest.raises(ng.DeviceMismatchError, match="operand lives on device 1"):
+        with pytest.raises(ng.DeviceMismatchError, match="a lives on device 1"):
             ng.add_into(x1, 1.0, x0, stream=s0)
+        # Another library's array is known by where its memory is.
+        with pytest.raises(ng.DeviceMismatchError, match="b lives on device 1"):
+            ng.add_into(x0, _Foreign(x1), x0, stream=s0)
         with pytest.raises(ng.DeviceMismatchError, match="lives on device 1"):
             with ng.capture(s0):
                 ng.add_into(x0, pos1, x0, stream=s0)
+        with pytest.raises(ng.DeviceMismatchError, match="belongs to device 1"):
+            with ng.capture(s0):
+                with ng.fork(s1):
+                    pass
+        with pytest.raises(ng.DeviceMismatchError, match="rebind pair 0"):
+            cap.graph.rebind({x1: x0})
+        add_one[1, 32, s0](x0)
+        with ng.capture(s0) as cap0:
+            add_one[1, 32, s0](x0)
+        with pytest.raises(ng.DeviceMismatchError, match="captured on device 1"):
+            cap.graph.update(cap0.graph)
         s0.synchronize()
+
+
+def _captured_alongside_another_on_device_one():
+    """A graph of device 1, captured while another capture of device 1 was
+    active, so not instantiated yet, and the array it adds one to."""
+    with cuda.gpus[1]:
+        s1, other = cuda.stream(), cuda.stream()
+        x = cuda.to_device(np.zeros(32, np.int32), stream=s1)
+        add_one[1, 32, s1](x)
+        ng.begin_capture(other)
+        try:
+            with ng.capture(s1) as cap:
+                add_one[1, 32, s1](x)
+        finally:
+            ng.abort_capture(other)
+        s1.synchronize()
+    return cap.graph, x, s1
+
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("first", ["upload", "launch"])
+def test_a_graph_of_device_one_is_instantiated_with_device_zero_current(first):
+    graph, x, s1 = _captured_alongside_another_on_device_one()
+    cuda.select_device(0)
+    if first == "upload":
+        graph.upload()
+    graph.launch()
+    graph.upload(s1)
+    graph.launch(s1)
+    s1.synchronize()
+    with cuda.gpus[1]:
+        np.testing.assert_array_equal(x.copy_to_host(), 3)
+
+
+@pytest.mark.driver_only(reason="two real devices")
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs")
+def test_graph_memory_of_device_one_is_freed_inside_a_numba_call_on_device_zero(monkeypatch):
+    from cuda.bindings import driver as cu
+    from numba.cuda.cudadrv import devices
+
+    with cuda.gpus[1]:
+        s1 = cuda.stream()
+        out = cuda.to_device(np.zeros(32, np.float32), stream=s1)
+        ng.add_into(out, 1.0, out, stream=s1)
+        with ng.capture(s1) as cap:
+            tmp = ng.empty(32, np.float32, stream=s1)
+            ng.fill_into(tmp, 2.0, stream=s1)
+            ng.add_into(out, tmp, out, stream=s1)
+        cap.graph.launch()
+        s1.synchronize()
+    graph = cap.graph
+    del cap, tmp
+    freed = []
+    free = cu.cuMemFreeAsync
+    monkeypatch.setattr(cu, "cuMemFreeAsync", lambda *args: freed.append(free(*args)) or freed[-1])
+    cuda.select_device(0)
+    # A graph dropped while numba holds device 0's context for one of its
+    # calls: numba refuses to switch contexts there.
+    with devices._runtime.ensure_context():
+        graph.close()
+    assert [result[0] for result in freed] == [cu.CUresult.CUDA_SUCCESS]
+    with cuda.gpus[1]:
+        s1.synchronize()
+        np.testing.assert_array_equal(out.copy_to_host(), 3.0)

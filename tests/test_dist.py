@@ -181,6 +181,66 @@ def test_the_socket_store_gives_every_rank_rank_0s_id():
     assert got == {0: b"u" * 128, 1: b"u" * 128, 2: b"u" * 128}
 
 
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+WHAT_TO_CHECK = r"MASTER_ADDR.*MASTER_PORT.*firewall.*all 2 ranks were started"
+
+
+def test_a_rank_that_cannot_reach_rank_0_says_where_and_what_to_check():
+    port = _free_port()  # nobody listens there
+    with pytest.raises(ng.DistError, match=rf"rank 1 of 2 .*127\.0\.0\.1:{port}.*"
+                                           + WHAT_TO_CHECK):
+        dist._socket_exchange("127.0.0.1", port, 1, 2, 0.3, lambda: b"u" * 128)
+
+
+def test_a_rank_0_that_cannot_listen_says_which_port(monkeypatch):
+    def refused(address):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(socket, "create_server", refused)
+    with pytest.raises(ng.DistError, match=r"rank 0 of 2 could not listen on port 29500 "
+                                           r"\(PermissionError.*" + WHAT_TO_CHECK):
+        dist._socket_exchange("10.0.0.1", 29500, 0, 2, 1.0, lambda: b"u" * 128)
+
+
+def test_a_rank_0_no_rank_reaches_says_how_many_came():
+    port = _free_port()
+    with pytest.raises(ng.DistError, match=r"rank 0 of 2 .*0 of the 1 others connected.*"
+                                           + WHAT_TO_CHECK):
+        dist._socket_exchange("127.0.0.1", port, 0, 2, 0.2, lambda: b"u" * 128)
+
+
+def test_a_master_addr_that_names_no_machine_is_said_at_once(monkeypatch):
+    def unknown(address, timeout):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unknown)
+    with pytest.raises(ng.DistError, match=r"rank 1 of 2 could not find the machine "
+                                           r"nowhere\.invalid.*" + WHAT_TO_CHECK):
+        dist._socket_exchange("nowhere.invalid", 29500, 1, 2, 300.0, lambda: b"u" * 128)
+
+
+def test_a_tcpstore_that_fails_is_said_as_the_socket_is(monkeypatch):
+    import types
+
+    class TCPStore:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("The client socket has timed out after 1s")
+
+    monkeypatch.setitem(sys.modules, "torch.distributed",
+                        types.SimpleNamespace(TCPStore=TCPStore))
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29501")
+    with pytest.raises(ng.DistError, match=r"rank 1 of 2 could not reach torch's TCPStore "
+                                           r"\(RuntimeError.*10\.0\.0\.1:29501.*"
+                                           + WHAT_TO_CHECK):
+        dist._torch_exchange(1, 2, "numbagraph/dist/0/1", 1.0)
+
+
 # ---------------------------------------------------------------- collectives, eager
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8]

@@ -198,10 +198,12 @@ class Executable:
 
     def instantiate(self) -> Any:
         # Graph-owned memory the graph does not free itself lives until its
-        # next launch, which frees it and makes it again.
+        # next launch, which frees it and makes it again. Instantiated in the
+        # graph's own context, whichever device is current: a graph captured
+        # while another capture was active is instantiated at its first use.
         if self._graph is None:
-            self._graph = check("cuGraphInstantiate",
-                                cu.cuGraphInstantiate(self._definition, _AUTO_FREE_ON_LAUNCH))
+            self._graph = check("cuGraphInstantiate", _in_context(
+                self._ctx, cu.cuGraphInstantiate, self._definition, _AUTO_FREE_ON_LAUNCH))
         return self._graph
 
     def launcher(self, handle: int) -> Callable[[], None]:
@@ -224,7 +226,8 @@ class Executable:
         return launch
 
     def upload(self, handle: int) -> None:
-        check("cuGraphUpload", cu.cuGraphUpload(self.instantiate(), cu.CUstream(handle)))
+        check("cuGraphUpload", _in_context(self._ctx, cu.cuGraphUpload, self.instantiate(),
+                                           cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
         source = other._applied or other
@@ -465,6 +468,23 @@ def _counted_queues(ctx: Any) -> tuple | None:
 def _release_queues(queues: tuple) -> None:
     for queue in queues:
         queue._disable_count -= 1
+
+
+def _in_context(ctx: Any, call: Callable[..., tuple], *args: Any) -> tuple:
+    """``call(*args)``'s result, the call made with ``ctx`` current where
+    there are several devices and another context is current; with one
+    device, or ``ctx`` unknown, as it is. For calls made once per graph
+    (instantiate, upload), which need not fail first to be made right."""
+    if ctx is None or _device_count() == 1:
+        return call(*args)
+    failed, current = cu.cuCtxGetCurrent()
+    if not failed and int(current) == int(ctx):
+        return call(*args)
+    check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
+    try:
+        return call(*args)
+    finally:
+        cu.cuCtxPopCurrent()
 
 
 def _again_in(ctx: Any, err: Any, call: Callable[..., tuple], *args: Any) -> Any:

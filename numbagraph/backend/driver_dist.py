@@ -12,10 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from cuda.bindings import driver as cu
-
 from ..errors import DistError
-from .driver_base import check
 
 INSTALL = "pip install numbagraph[dist]"
 
@@ -84,14 +81,6 @@ def dist_communicator(unique_id: bytes, size: int, rank: int) -> Any:
         return nccl.comm_init_rank_scalable(size, rank, 1, bytearray(unique_id), 0)
     except nccl.NCCLError as exc:
         raise _refused(f"rank {rank} of {size} (ncclCommInitRank)", exc) from exc
-
-
-def dist_buffer_device(dev: Any) -> int:
-    """The device ordinal the driver gives the array's first address."""
-    pointer = dev.device_ctypes_pointer.value
-    ordinal = check("cuPointerGetAttribute", cu.cuPointerGetAttribute(
-        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer))
-    return int(ordinal)
 
 
 def dist_collective(comm: Any, kind: str, send: Any, recv: Any, count: int,

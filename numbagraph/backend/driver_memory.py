@@ -20,11 +20,13 @@ from typing import Any, Sequence
 
 import numpy as np
 from cuda.bindings import driver as cu
+from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _numba_driver
 
 from .driver import _numba_context
 from .driver_base import check
+from .driver_ops import device_count as _device_count
 
 _ATTRS = cu.CUgraphMem_attribute
 
@@ -88,15 +90,38 @@ def graph_output(dev: Any, allocation: Any, output: Any) -> Any:
         gpu_data=GraphPointer(_numba_context(), pointer, dev.alloc_size, allocation, output))
 
 
-def release_graph_memory(allocations: Sequence[Any], handle: int | None) -> None:
-    for allocation in allocations:
-        if handle is not None:
-            err, = cu.cuMemFreeAsync(allocation.pointer, handle)
-            if err == cu.CUresult.CUDA_SUCCESS:
-                continue
-        # The stream refused the free (destroyed outside numba): free once
-        # the device is idle; a failure here leaves nothing to undo.
-        cu.cuMemFree(allocation.pointer)
+def release_graph_memory(allocations: Sequence[Any], handle: int | None,
+                         device: int) -> None:
+    pushed = _push_device(device)
+    try:
+        for allocation in allocations:
+            if handle is not None:
+                err, = cu.cuMemFreeAsync(allocation.pointer, handle)
+                if err == cu.CUresult.CUDA_SUCCESS:
+                    continue
+            # The stream refused the free (destroyed outside numba): free once
+            # the device is idle; a failure here leaves nothing to undo.
+            cu.cuMemFree(allocation.pointer)
+    finally:
+        if pushed:
+            cu.cuCtxPopCurrent()
+
+
+def _push_device(device: int) -> bool:
+    """Make the primary context of ``device`` current, where there are
+    several devices and another is current; True when it was pushed (the
+    caller pops it). The driver's own push, not numba's ``cuda.gpus[i]``:
+    a graph dropped inside one of numba's calls is freed there by the
+    garbage collector, and numba refuses to switch contexts inside its
+    calls, which would leave the memory allocated for good."""
+    if _device_count() == 1:
+        return False
+    err, current = cu.cuCtxGetDevice()
+    if not err and int(current) == device:
+        return False
+    context = cuda.gpus[device].get_primary_context()
+    check("cuCtxPushCurrent", cu.cuCtxPushCurrent(cu.CUcontext(int(context.handle))))
+    return True
 
 
 def _device() -> Any:

@@ -1,5 +1,6 @@
 """What numbagraph.ops needs from the CUDA driver: device views of foreign
-arrays, the device's size for launch grids, zero fills and device copies."""
+arrays, the device's size for launch grids, zero fills and device copies;
+which device a stream, an array or an address belongs to."""
 
 from __future__ import annotations
 
@@ -42,20 +43,35 @@ def as_device_array(obj: Any) -> Any:
         # typestr): DLPack names it.
         if getattr(obj, "__dlpack__", None) is None:
             raise
-        dev = _from_dlpack(obj)
+        make = _from_dlpack
     else:
         if described is None:
             return None
         typestr = described.get("typestr") if isinstance(described, dict) else None
-        if (isinstance(typestr, str) and typestr[1:2] == "V"
-                and getattr(obj, "__dlpack__", None) is not None):
-            # Raw bytes to the interface (bfloat16, as CuPy exports it).
-            dev = _from_dlpack(obj)
-        else:
-            dev = cuda.as_cuda_array(obj, sync=False)
-    if dev is not None:
-        _check_memory(dev, obj)
+        # Raw bytes to the interface (bfloat16, as CuPy exports it): DLPack
+        # names the dtype.
+        raw = isinstance(typestr, str) and typestr[1:2] == "V"
+        make = _from_dlpack if raw and getattr(obj, "__dlpack__", None) is not None \
+            else _from_interface
+    dev = make(obj)
+    if dev is None:
+        return None
+    _check_memory(dev, obj)
+    if device_count() > 1 and dev.size:
+        # numba makes the view in the current context; memory of another
+        # device gets a view made in that device's, so that the view
+        # names the device it is on (array_device_id).
+        ordinal = pointer_device_id(dev.device_ctypes_pointer.value)
+        if ordinal != array_device_id(dev):
+            with use_device(ordinal):
+                dev = make(obj)
     return dev
+
+
+def _from_interface(obj: Any) -> Any:
+    """A numba view of ``obj`` through ``__cuda_array_interface__``, without
+    synchronising the stream it names."""
+    return cuda.as_cuda_array(obj, sync=False)
 
 
 def _from_dlpack(obj: Any) -> Any:
@@ -300,6 +316,15 @@ def array_device_id(dev: Any) -> int | None:
     context = getattr(getattr(dev, "gpu_data", None), "context", None)
     device = getattr(context, "device", None)
     return None if device is None else int(device.id)
+
+
+_DEVICE_ORDINAL = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+
+def pointer_device_id(pointer: int) -> int:
+    """The ordinal the driver gives the device of the memory at ``pointer``
+    (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)."""
+    return int(check("cuPointerGetAttribute", cu.cuPointerGetAttribute(_DEVICE_ORDINAL, pointer)))
 
 
 def use_device(ordinal: int) -> Any:

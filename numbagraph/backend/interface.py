@@ -119,14 +119,17 @@ class Executable(Protocol):
     instantiated: bool
 
     def instantiate(self) -> Any:
-        """Instantiate the graph now, if it is not yet."""
+        """Instantiate the graph now, if it is not yet, on its own device
+        whichever is current."""
 
     def launcher(self, handle: int) -> Callable[[], None]:
         """A call that replays the graph on the stream, with every argument
-        of the launch converted once."""
+        of the launch converted once, on the graph's device whichever is
+        current."""
 
     def upload(self, handle: int) -> None:
-        """Upload the graph on the stream ahead of its first launch."""
+        """Upload the graph on the stream ahead of its first launch, on the
+        graph's device whichever is current."""
 
     def update(self, other: "Executable") -> None:
         """Take the node parameters ``other`` runs now (those it took at its
@@ -302,7 +305,9 @@ class Backend(Protocol):
         when it is not device memory. Raises OpError, naming the problem,
         when its ``__cuda_array_interface__`` gives a pointer a kernel
         cannot use: NULL, not memory CUDA knows, or an extent past its
-        allocation."""
+        allocation. With several devices, a foreign array's view belongs
+        to the device its memory is on (``pointer_device_id``), whichever
+        is current, so ``array_device_id`` names it."""
 
     def current_device_id(self) -> int:
         """The ordinal of the calling thread's current device."""
@@ -331,6 +336,12 @@ class Backend(Protocol):
         """The ordinal of the device a numba device array's memory lives on,
         read from what numba keeps with it (no driver call), or None when
         ``dev`` is not a numba device array."""
+
+    def pointer_device_id(self, pointer: int) -> int:
+        """The ordinal of the device the memory at ``pointer`` (an address
+        in device memory, not NULL) is on, asked of the driver each time:
+        the address space is shared by every device, so an address freed on
+        one may next be memory of another."""
 
     def use_device(self, ordinal: int) -> Any:
         """A context manager making device ``ordinal`` current on the calling
@@ -392,9 +403,12 @@ class Backend(Protocol):
         """A new device array over the memory of ``dev`` (graph-owned),
         known by :meth:`graph_memory_of` as ``(allocation, output)``."""
 
-    def release_graph_memory(self, allocations: Sequence[Any], handle: int | None) -> None:
+    def release_graph_memory(self, allocations: Sequence[Any], handle: int | None,
+                             device: int) -> None:
         """Free the allocations a closed graph's last launch left allocated,
-        in the order of the stream ``handle`` it last ran on."""
+        in the order of the stream ``handle`` it last ran on, in the context
+        of the graph's device ``device`` whichever device is current (a
+        finalizer may run it anywhere, inside one of numba's calls too)."""
 
     def graph_memory_info(self) -> tuple[int, int, int, int]:
         """The current device's graph memory: bytes in use now and at most,
@@ -485,9 +499,6 @@ class Backend(Protocol):
         """The communicator of ``size`` ranks named by ``unique_id``, this
         process being ``rank``, on the current device; returns once every
         rank has called it."""
-
-    def dist_buffer_device(self, dev: Any) -> int:
-        """The ordinal of the device whose memory a device array is."""
 
     def dist_collective(self, comm: Any, kind: str, send: Any, recv: Any, count: int,
                         datatype: int, op: int, root: int, handle: int) -> None:

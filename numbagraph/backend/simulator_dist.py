@@ -45,11 +45,6 @@ def dist_communicator(unique_id: bytes, size: int, rank: int) -> _Communicator:
     return _Communicator(bytes(unique_id))
 
 
-def dist_buffer_device(dev: Any) -> int:
-    """The simulator has one device."""
-    return 0
-
-
 def _one_rank(recv: np.ndarray, send: np.ndarray, count: int) -> None:
     np.copyto(recv.reshape(-1)[:count], send.reshape(-1)[:count])
 

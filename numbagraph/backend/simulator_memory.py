@@ -119,7 +119,9 @@ def graph_output(dev: Any, allocation: Any, output: Any) -> Any:
     return FakeCUDAArray(view, stream=dev.stream)
 
 
-def release_graph_memory(allocations: Sequence[Any], handle: int | None) -> None:
+def release_graph_memory(allocations: Sequence[Any], handle: int | None,
+                         device: int) -> None:
+    # One device: every graph's memory is device 0's.
     for allocation in allocations:
         nbytes = _held.pop(id(allocation), None)
         if nbytes is not None:

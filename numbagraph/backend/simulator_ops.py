@@ -91,6 +91,11 @@ def array_device_id(dev: Any) -> int | None:
     return 0 if getattr(dev, "__cuda_ndarray__", False) else None
 
 
+def pointer_device_id(pointer: int) -> int:
+    """Every simulated address is memory of device 0."""
+    return 0
+
+
 def use_device(ordinal: int) -> Any:
     """Device 0 is always current; the simulator has no other."""
     if ordinal != 0:

@@ -13,6 +13,7 @@ again on every call as numba's launch does.
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import threading
 import weakref
@@ -135,6 +136,45 @@ def _refuse_other_devices(device: int, args: tuple) -> None:
                 f"and scalars of device {device}, or a stream of device {found} "
                 f"(made with `with cuda.gpus[{found}]: s = cuda.stream()`), "
                 "or copy the operand across first")
+
+
+def _refuse_call_devices(name: str, params: list[str], args: tuple, kwargs: dict) -> None:
+    """With several devices: refuse the call ``name`` (an op) given an array
+    or DeviceScalar of another device than its stream's, before any of its
+    work is launched or recorded. An op that launches several kernels gives
+    each only some operands, and its library calls (cuBLAS) and device
+    copies are no kernel launches, so checking each launch would be late."""
+    stream = kwargs.get("stream")
+    if stream is None:
+        return  # the op's own check asks for one
+    try:
+        device = _backend.stream_device_id(stream)
+    except TypeError:
+        return  # not a stream: the op's own check says so
+    named = [*zip(params, args), *kwargs.items()]
+    for what, value in named:
+        kind = type(value)
+        if value is stream or kind in _NUMBERS:
+            continue
+        if kind is DeviceScalar:
+            found = value.device
+        else:
+            dev = value
+            if not getattr(kind, "__cuda_ndarray__", False):
+                if getattr(value, "__cuda_array_interface__", None) is None:
+                    continue
+                try:
+                    dev = _backend.as_device_array(value)
+                except Exception:  # noqa: BLE001  the op's own check names the operand
+                    continue
+            found = _backend.array_device_id(dev)
+        if found is not None and found != device:
+            raise DeviceMismatchError(
+                f"{name}: {what} lives on device {found}, but the op runs on {stream!r}, "
+                f"a stream of device {device}, where it cannot be read. Pass arrays "
+                f"and scalars of device {device}, or a stream of device {found} "
+                f"(made with `with cuda.gpus[{found}]: s = cuda.stream()`), "
+                "or copy the operand across first. Nothing was launched")
 
 
 class OpKernel:
@@ -267,6 +307,16 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
     remembered the second time it is made and forgotten when one of its
     objects is. Inside a capture, while graph-owned memory exists, or with
     an argument of another kind, every call is checked."""
+    name = f"ng.{op.__name__}()"
+    params = list(inspect.signature(op).parameters)
+
+    def checked(*args: Any, **kwargs: Any) -> None:
+        # Every call not launched as remembered; with one device the check
+        # asks nothing.
+        if _backend.device_count() > 1:
+            _refuse_call_devices(name, params, args, kwargs)
+        return op(*args, **kwargs)
+
     @functools.wraps(op)
     def call(*args: Any, **kwargs: Any) -> None:
         seen = _seen
@@ -275,15 +325,18 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
             # Inside a host callback an op is refused before its checks,
             # which ask the device for its limits.
             if _hostcalls.attention[0]:
-                _hostcalls.refuse_here(f"ng.{op.__name__}()")
+                _hostcalls.refuse_here(name)
+            # Devices are checked before the order with foreign operands'
+            # streams is recorded into a capture.
+            if _backend.device_count() > 1:
+                _refuse_call_devices(name, params, args, kwargs)
             if _sessions:
-                order_foreign_operands(kwargs.get("stream"), (*args, *kwargs.values()),
-                                       f"ng.{op.__name__}()")
+                order_foreign_operands(kwargs.get("stream"), (*args, *kwargs.values()), name)
             return op(*args, **kwargs)
         objects: list = []
         key = _call_key(op, args, kwargs, objects)
         if key is None:
-            return op(*args, **kwargs)
+            return checked(*args, **kwargs)
         remembered = seen.remembered
         entry = remembered.get(key)
         if entry is not None:
@@ -295,10 +348,10 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
             if len(once) >= 256:
                 once.clear()
             once[key] = None
-            return op(*args, **kwargs)
+            return checked(*args, **kwargs)
         seen.steps = recorded = []
         try:
-            result = op(*args, **kwargs)
+            result = checked(*args, **kwargs)
         finally:
             seen.steps = None
         if result is None and recorded:
