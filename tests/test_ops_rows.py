@@ -505,8 +505,18 @@ def test_float32_rows_of_quads_are_the_same_bits_aligned_or_not(stream, op):
 
     _, threads = active.launch_limits()
     # one quad; a group per thread, exactly; a quad short of two; four; a quad over
-    shapes = [(3, 4), (2, 4 * threads), (3, 8 * threads - 4), (1, 16 * threads),
-              (2, 16 * threads + 4), (40,)]
+    _same_bits_aligned_or_not(stream, op, [(3, 4), (2, 4 * threads), (3, 8 * threads - 4),
+                                           (1, 16 * threads), (2, 16 * threads + 4), (40,)])
+
+
+@pytest.mark.parametrize("op", list(ROW_OPS))
+def test_split_float32_rows_of_quads_are_the_same_bits_aligned_or_not(stream, split, op):
+    # parts of whole quads: 40 in 3 parts of 16, 16 and 8; 1000 in 336, 336, 328
+    _same_bits_aligned_or_not(stream, op, [(2, 40), (1, 1000), (3, 12)])
+    assert split(np.float32)
+
+
+def _same_bits_aligned_or_not(stream, op, shapes):
     for shape in shapes:
         x, w, b, want = _row_case(op, np.float32, shape, seed=shape[-1])
         got = []

@@ -269,10 +269,12 @@ def held_per_thread(cols: int, threads: int) -> int:
 
 
 @cuda.jit(device=True)
-def part_bounds(p, nparts, cols):
+def part_bounds(p, nparts, cols, quantum):
     """[lo, hi) of part ``p`` of a row of ``cols`` cut into ``nparts``
-    contiguous parts, each but the last ceil(cols / nparts) long."""
+    contiguous parts, each but the last ceil(cols / nparts) long, rounded up
+    to a multiple of ``quantum`` (4 for rows read in quads)."""
     size = (cols + nparts - 1) // nparts
+    size = (size + quantum - 1) // quantum * quantum
     lo = p * size
     hi = lo + size
     if hi > cols:
@@ -282,15 +284,21 @@ def part_bounds(p, nparts, cols):
     return lo, hi
 
 
-def _stats_kernel(dtype: np.dtype, threads: int) -> Callable:
+def _stats_kernel(dtype: np.dtype, threads: int, width: int = 1,
+                  vector: bool = False) -> Callable:
     """``(x, rows, cols, nparts, stats, kind)``: block ``b`` reduces part
     ``b % nparts`` of row ``b // nparts`` into ``stats[b]`` and, for softmax
-    and layer norm, ``stats[rows * nparts + b]``."""
+    and layer norm, ``stats[rows * nparts + b]``. With ``width`` 4 (float32
+    rows of a multiple of 4), parts are whole quads and each thread reads
+    quads ``lo + 4 * (tid + k * threads)``, with one ``load4`` each where
+    ``vector``, adding their elements in order."""
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
     acc = _launch.scalar_type(acc_np)
     zero = acc_np.type(0)
     lowest = acc_np.type(-np.inf)
     int64 = types.int64
+    load4, _ = _launch.quad_access(vector)
+    step = width * threads
 
     tree_sum = block_tree(threads, add)
     tree_max = block_tree(threads, nan_max)
@@ -302,52 +310,85 @@ def _stats_kernel(dtype: np.dtype, threads: int) -> Callable:
         total_parts = rows * nparts
         while b < total_parts:
             r = b // nparts
-            lo, hi = part_bounds(b - r * nparts, nparts, cols)
+            lo, hi = part_bounds(b - r * nparts, nparts, cols, width)
             base = r * cols
             if kind == SOFTMAX:
                 top = lowest
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    top = nan_max(top, acc(x[base + j]))
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        top = nan_max(nan_max(nan_max(nan_max(top, v0), v1), v2), v3)
+                    else:
+                        top = nan_max(top, acc(x[base + j]))
+                    j += step
                 top = tree_max(sh, top, tid)
                 total = zero
                 if top != lowest:  # a part of -inf only adds nothing, not NaN
-                    j = lo + tid
+                    j = lo + width * tid
                     while j < hi:
-                        total += math.exp(acc(x[base + j]) - top)
-                        j += threads
+                        if width == 4:
+                            v0, v1, v2, v3 = load4(x, base + j)
+                            total += math.exp(v0 - top)
+                            total += math.exp(v1 - top)
+                            total += math.exp(v2 - top)
+                            total += math.exp(v3 - top)
+                        else:
+                            total += math.exp(acc(x[base + j]) - top)
+                        j += step
                 total = tree_sum(sh, total, tid)
                 if tid == 0:
                     stats[b] = top
                     stats[total_parts + b] = total
             elif kind == LAYERNORM:
                 total = zero
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    total += acc(x[base + j])
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        total += v0
+                        total += v1
+                        total += v2
+                        total += v3
+                    else:
+                        total += acc(x[base + j])
+                    j += step
                 total = tree_sum(sh, total, tid)
                 mean = zero
                 if hi > lo:
                     mean = total / acc(hi - lo)
                 squares = zero
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    d = acc(x[base + j]) - mean
-                    squares += d * d
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        d0, d1, d2, d3 = v0 - mean, v1 - mean, v2 - mean, v3 - mean
+                        squares += d0 * d0
+                        squares += d1 * d1
+                        squares += d2 * d2
+                        squares += d3 * d3
+                    else:
+                        d = acc(x[base + j]) - mean
+                        squares += d * d
+                    j += step
                 squares = tree_sum(sh, squares, tid)
                 if tid == 0:
                     stats[b] = mean
                     stats[total_parts + b] = squares
             else:
                 squares = zero
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    v = acc(x[base + j])
-                    squares += v * v
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        squares += v0 * v0
+                        squares += v1 * v1
+                        squares += v2 * v2
+                        squares += v3 * v3
+                    else:
+                        v = acc(x[base + j])
+                        squares += v * v
+                    j += step
                 squares = tree_sum(sh, squares, tid)
                 if tid == 0:
                     stats[b] = squares
@@ -356,16 +397,20 @@ def _stats_kernel(dtype: np.dtype, threads: int) -> Callable:
     return kernel
 
 
-def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
+def _apply_kernel(dtype: np.dtype, threads: int, width: int = 1,
+                  vector: bool = False) -> Callable:
     """``(x, w, has_w, b, has_b, out, rows, cols, nparts, stats, eps, kind)``:
     block ``b`` combines row ``b // nparts``'s part results, each thread
     taking parts ``tid, tid + threads, ...`` in order before the block's
-    tree, and writes part ``b % nparts`` of the row into ``out``."""
+    tree, and writes part ``b % nparts`` of the row into ``out``; in quads,
+    with ``width`` 4, as ``_stats_kernel`` reads them."""
     acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
     acc = _launch.scalar_type(acc_np)
     zero, one = acc_np.type(0), acc_np.type(1)
     lowest = acc_np.type(-np.inf)
     int64 = types.int64
+    load4, store4 = _launch.quad_access(vector)
+    step = width * threads
 
     tree_sum = block_tree(threads, add)
     tree_max = block_tree(threads, nan_max)
@@ -378,7 +423,7 @@ def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
         while b < total_parts:
             r = b // nparts
             first = r * nparts
-            lo, hi = part_bounds(b - first, nparts, cols)
+            lo, hi = part_bounds(b - first, nparts, cols, width)
             base = r * cols
             if kind == SOFTMAX:
                 top = lowest
@@ -395,10 +440,16 @@ def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
                         total += stats[total_parts + first + q] * math.exp(m - top)
                     q += threads
                 total = tree_sum(sh, total, tid)
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    out[base + j] = math.exp(acc(x[base + j]) - top) / total
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        store4(out, base + j, math.exp(v0 - top) / total,
+                               math.exp(v1 - top) / total, math.exp(v2 - top) / total,
+                               math.exp(v3 - top) / total)
+                    else:
+                        out[base + j] = math.exp(acc(x[base + j]) - top) / total
+                    j += step
             else:
                 if kind == LAYERNORM:
                     # mean: the parts' means weighted by their lengths; the
@@ -407,14 +458,14 @@ def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
                     total = zero
                     q = int64(tid)
                     while q < nparts:
-                        plo, phi = part_bounds(q, nparts, cols)
+                        plo, phi = part_bounds(q, nparts, cols, width)
                         total += stats[first + q] * acc(phi - plo)
                         q += threads
                     mean = tree_sum(sh, total, tid) / acc(cols)
                     squares = zero
                     q = int64(tid)
                     while q < nparts:
-                        plo, phi = part_bounds(q, nparts, cols)
+                        plo, phi = part_bounds(q, nparts, cols, width)
                         d = stats[first + q] - mean
                         squares += stats[total_parts + first + q] + d * d * acc(phi - plo)
                         q += threads
@@ -426,15 +477,27 @@ def _apply_kernel(dtype: np.dtype, threads: int) -> Callable:
                         squares += stats[first + q]
                         q += threads
                 inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
-                j = lo + tid
+                j = lo + width * tid
                 while j < hi:
-                    v = (acc(x[base + j]) - mean) * inv
-                    if has_w:
-                        v = v * acc(w[j])
-                    if has_b:
-                        v = v + acc(bias[j])
-                    out[base + j] = v
-                    j += threads
+                    if width == 4:
+                        v0, v1, v2, v3 = load4(x, base + j)
+                        v0, v1 = (v0 - mean) * inv, (v1 - mean) * inv
+                        v2, v3 = (v2 - mean) * inv, (v3 - mean) * inv
+                        if has_w:
+                            g0, g1, g2, g3 = load4(w, j)
+                            v0, v1, v2, v3 = v0 * g0, v1 * g1, v2 * g2, v3 * g3
+                        if has_b:
+                            c0, c1, c2, c3 = load4(bias, j)
+                            v0, v1, v2, v3 = v0 + c0, v1 + c1, v2 + c2, v3 + c3
+                        store4(out, base + j, v0, v1, v2, v3)
+                    else:
+                        v = (acc(x[base + j]) - mean) * inv
+                        if has_w:
+                            v = v * acc(w[j])
+                        if has_b:
+                            v = v + acc(bias[j])
+                        out[base + j] = v
+                    j += step
             b += cuda.gridDim.x
 
     return kernel
@@ -482,13 +545,16 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
     if scratch is not None:
         stats, _ = scratch
         acc_arr = _launch.array_type(acc_np)
+        width = 4 if dtype == np.float32 and cols % 4 == 0 else 1
+        vector = width == 4 and _launch.vector_quads(
+            (flat(x_dev), w_dev, b_dev, flat(out_dev)), launch_on, op)
         first = _launch.compiled(
-            ("rows_nn_stats", dtype.str, threads),
-            lambda: (_stats_kernel(dtype, threads),
+            ("rows_nn_stats", dtype.str, threads, width, vector),
+            lambda: (_stats_kernel(dtype, threads, width, vector),
                      (arr, i64, i64, i64, acc_arr, i64)))
         second = _launch.compiled(
-            ("rows_nn_apply", dtype.str, threads),
-            lambda: (_apply_kernel(dtype, threads),
+            ("rows_nn_apply", dtype.str, threads, width, vector),
+            lambda: (_apply_kernel(dtype, threads, width, vector),
                      (arr, arr, types.boolean, arr, types.boolean, arr, i64, i64, i64,
                       acc_arr, acc_t, i64)))
         blocks = rows * nparts
