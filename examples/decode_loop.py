@@ -270,6 +270,9 @@ def run_to_end_token(model: Model, s, token: int) -> tuple[float, int]:
     """The whole decode in one launch: the step in a loop on the GPU that
     advances pos until the end token is picked or the length is reached."""
     ng.precompile(stop_at_token, model.best, token, ng.Condition)
+    # cuBLAS's workspace for this graph, made now: a loop body cannot
+    # allocate one.
+    ng.prepare_matmul(stream=s)
     with ng.capture(s) as cap:
         with ng.repeat(model.pos, until=model.cfg.tokens) as loop:
             model.step(s)

@@ -240,17 +240,27 @@ class Fixed:
 
     With ``align``, the nodes can move, but only by a multiple of ``align``
     bytes: a kernel that reads the arrays with 16-byte vector loads faults
-    on an address that is not a multiple of 16."""
+    on an address that is not a multiple of 16. Such an entry keeps no
+    array (the graph's own spans keep those its nodes use), only where the
+    arrays start and end; each graph works on copies of it
+    (:func:`fixed_of`), moved as its nodes move."""
 
     __slots__ = ("what", "arrays", "instead", "align", "spans")
 
     def __init__(self, what: str, arrays: tuple, instead: str, align: int = 0):
         self.what = what          # the work, as the error names it
-        self.arrays = arrays      # device arrays
         self.instead = instead    # what to do instead, as the error says it
         self.align = align        # bytes a move must be a multiple of; 0: no move
-        # [start, end) of the memory the nodes use, moved with them.
+        # [start, end) of the memory the nodes use, from the address they hold.
         self.spans = [list(span(dev)[1:]) for dev in arrays]
+        self.arrays = () if align else arrays     # device arrays, kept alive
+
+    def copy(self) -> Fixed:
+        """This entry with spans of its own."""
+        twin = Fixed(self.what, (), self.instead, self.align)
+        twin.arrays = self.arrays
+        twin.spans = [list(where) for where in self.spans]
+        return twin
 
 
 class FixedNodesError(RebindError):
@@ -259,8 +269,19 @@ class FixedNodesError(RebindError):
 
 
 def fixed_of(keepalive: list) -> list[Fixed]:
-    """The :class:`Fixed` entries among what a graph keeps alive."""
-    return [entry for entry in keepalive if type(entry) is Fixed]
+    """The :class:`Fixed` entries among what a graph keeps alive, those with
+    an alignment copied, so that rebinding this graph moves its own."""
+    return [entry.copy() if entry.align else entry
+            for entry in keepalive if type(entry) is Fixed]
+
+
+def _moves_nodes(move: Move, start: int, end: int, align: int) -> bool:
+    """Whether ``move`` moves nodes that use ``[start, end)``: an aligned
+    entry's nodes hold its first address, which moves when the move covers
+    it; a library's nodes use the whole span, reached by any overlap."""
+    if align:
+        return move.start <= start < move.end
+    return start < move.end and move.start < end
 
 
 def check_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
@@ -270,7 +291,7 @@ def check_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
             if start == end:
                 continue
             for i, move in enumerate(moves):
-                if not (start < move.end and move.start < end):
+                if not _moves_nodes(move, start, end, entry.align):
                     continue
                 if entry.align and move.shift % entry.align == 0:
                     continue
@@ -295,6 +316,6 @@ def shift_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
         for where in entry.spans:
             start, end = where
             for move in moves:
-                if start < end and start < move.end and move.start < end:
+                if start < end and _moves_nodes(move, start, end, entry.align):
                     where[0], where[1] = start + move.shift, end + move.shift
                     break

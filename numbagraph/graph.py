@@ -340,7 +340,13 @@ class CapturedGraph:
         self._refuse_other_device(session, what)
         executable = self._embeddable(what)
         self._warn_if_scalars_unordered(session.stream)
-        embed_child(session, handle, executable, list(self._res.arrays()), what)
+        kept = list(self._res.arrays())
+        if self._res.fixed:
+            # Its aligned Fixed entries where its rebinding put them.
+            kept = [entry for entry in kept if type(entry) is not _rebind.Fixed
+                    or not entry.align] + [entry.copy() for entry in self._res.fixed
+                                           if entry.align]
+        embed_child(session, handle, executable, kept, what)
 
     def _warn_if_scalars_unordered(self, stream: Any) -> None:
         """Updates of the graph's scalars are ordered on the scalars' streams,
@@ -481,7 +487,9 @@ class CapturedGraph:
         superseded = self._res.arrays()
         self._res.keepalive = list(other._res.keepalive)
         self._res.launches, self._nodes = other._res.launches, None
-        self._res.fixed = None
+        # other's Fixed entries where other's rebinding put them, as copies.
+        self._res.fixed = None if other._res.fixed is None else [
+            entry.copy() if entry.align else entry for entry in other._res.fixed]
         self._res.spans = None if other._res.spans is None else [
             list(entry) for entry in other._res.spans]
         self._res.drop(superseded)

@@ -562,3 +562,49 @@ def test_a_captured_row_op_of_quads_rebinds_only_on_its_alignment(stream):
         cap.graph.rebind({x2_dev: off})
     cap.graph.launch()       # unchanged, still on x2
     np.testing.assert_allclose(out.copy_to_host(stream=stream), want2, rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_updated_from_another_keeps_its_own_alignment_record(stream):
+    x, y = _offset(host(np.float32, (3, 64)), 0, stream), _offset(host(np.float32, (3, 64), 1),
+                                                                  0, stream)
+    out = ng.empty((3, 64), np.float32)
+    ng.softmax_into(x, out, stream=stream)
+    with ng.capture(stream) as first:
+        ng.softmax_into(x, out, stream=stream)
+    with ng.capture(stream) as second:
+        ng.softmax_into(y, out, stream=stream)
+    first.graph.update(second.graph)
+    first.graph.rebind({y: _offset(host(np.float32, (3, 64), 2), 0, stream)})
+    # second still reads y, and still may not move off alignment
+    with pytest.raises(ng.RebindError, match="16 bytes at a time"):
+        second.graph.rebind({y: _offset(host(np.float32, (3, 64), 3), 1, stream)})
+
+
+def test_rebinding_a_view_leaves_the_alignment_record_of_the_whole_array(stream):
+    x = _offset(host(np.float32, (2, 64)), 0, stream)
+    out, out_row = ng.empty((2, 64), np.float32), ng.empty(64, np.float32)
+    row = x[1]
+    ng.softmax_into(x, out, stream=stream)
+    ng.softmax_into(row, out_row, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.softmax_into(x, out, stream=stream)
+        ng.softmax_into(row, out_row, stream=stream)
+    cap.graph.rebind({row: _offset(host(np.float32, 64, 5), 0, stream)})
+    with pytest.raises(ng.RebindError, match="16 bytes at a time"):
+        cap.graph.rebind({x: _offset(host(np.float32, (2, 64), 6), 1, stream)})
+
+
+def test_a_rebound_quad_kernel_lets_its_old_array_go(stream):
+    import gc
+    import weakref
+
+    x = cuda.to_device(host(np.float32, (3, 64)))
+    out = ng.empty((3, 64), np.float32)
+    ng.softmax_into(x, out, stream=stream)
+    with ng.capture(stream) as cap:
+        ng.softmax_into(x, out, stream=stream)
+    gone = weakref.ref(x)
+    cap.graph.rebind({x: cuda.to_device(host(np.float32, (3, 64), 1))})
+    del x
+    gc.collect()
+    assert gone() is None

@@ -78,9 +78,14 @@ def _from_dlpack(obj: Any) -> Any:
     """A numba view of ``obj`` read through ``__dlpack__`` with no stream
     ordering (as ``sync=False`` does for the array interface), or None for
     host memory. A dtype NumPy cannot name is an OpError."""
-    from cuda.core.utils import StridedMemoryView
-
     name = type(obj).__name__
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError as exc:
+        raise OpError(
+            f"a {name} has a dtype the CUDA array interface cannot name, and reading it "
+            f"through DLPack needs cuda-core's StridedMemoryView ({exc}); "
+            "`pip install -U cuda-core`") from None
     try:
         view = StridedMemoryView.from_dlpack(obj, stream_ptr=-1)
         dtype = view.dtype
@@ -88,6 +93,10 @@ def _from_dlpack(obj: Any) -> Any:
         raise OpError(
             f"a {name}'s dtype has no NumPy dtype here ({exc}); bfloat16 arrays need "
             "ml_dtypes: `pip install numbagraph[bfloat16]`") from None
+    except Exception as exc:  # noqa: BLE001  the exporter's own error says why
+        raise OpError(
+            f"a {name} has a dtype the CUDA array interface cannot name, and its "
+            f"__dlpack__ export failed ({type(exc).__name__}: {exc})") from None
     if not view.is_device_accessible or view.device_id < 0:
         return None
     strides = view.strides
