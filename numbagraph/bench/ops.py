@@ -604,8 +604,9 @@ def _poison(arrays: list) -> None:
     for dev in arrays:
         kind = np.dtype(dev.dtype)
         value = -1 if kind.kind in "iub" else np.nan
-        dev.view(_bits(kind)).copy_to_device(np.full(dev.shape, value, dtype=kind).view(
-            _bits(kind)))
+        bits = _bits(kind)
+        target = dev if bits == kind else dev.view(bits)
+        target.copy_to_device(np.full(dev.shape, value, dtype=kind).view(bits))
     cuda.synchronize()
 
 
