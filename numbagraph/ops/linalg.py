@@ -180,15 +180,8 @@ def _matvec_source(together: int, unroll: int) -> str:
     lines += [f"            s{r}_0 += ACC(a[base{r} + c]) * xv" for r in rows_]
     lines += ["            c += 32"]
     for r in rows_:
-        lines += [f"        sh[tid] = {_pairwise([f's{r}_{u}' for u in us])}",
-                  "        cuda.syncthreads()",
-                  "        offset = 16",
-                  "        while offset > 0:",
-                  "            if lane < offset:",
-                  "                sh[tid] += sh[tid + offset]",
-                  "            cuda.syncthreads()",
-                  "            offset //= 2",
-                  f"        if lane == 0 and row{r} < rows:",
+        lines += _lanes_summed(_pairwise([f"s{r}_{u}" for u in us]))
+        lines += [f"        if lane == 0 and row{r} < rows:",
                   f"            out[row{r}] = sh[tid]",
                   "        cuda.syncthreads()"]
     lines += [f"        start += int64(cuda.gridDim.x) * WARPS * {together}"]
@@ -244,16 +237,9 @@ def _matvec_quads_source(split: int, unroll: int) -> str:
               "            x0_0, x0_1, x0_2, x0_3 = LOAD4(x, c)",
               "            a0_0, a0_1, a0_2, a0_3 = LOAD4(a, base + c)"]
     lines += [f"            s0 += a0_{e} * x0_{e}" for e in range(4)]
-    lines += [f"            c += {stripe}",
-              f"        sh[tid] = {_pairwise([f's{u}' for u in us])}",
-              "        cuda.syncthreads()",
-              "        offset = 16",
-              "        while offset > 0:",
-              "            if lane < offset:",
-              "                sh[tid] += sh[tid + offset]",
-              "            cuda.syncthreads()",
-              "            offset //= 2",
-              f"        if tid % {32 * split} == 0 and row < rows:"]
+    lines += [f"            c += {stripe}"]
+    lines += _lanes_summed(_pairwise([f"s{u}" for u in us]))
+    lines += [f"        if tid % {32 * split} == 0 and row < rows:"]
     parts = " + ".join(f"sh[tid + {32 * p}]" for p in range(split))
     lines += [f"            out[row] = {parts}",
               "        cuda.syncthreads()",
@@ -271,6 +257,20 @@ def _matvec_quads_kernel(warps: int, split: int, vector: bool) -> Callable:
         "matvec", _matvec_quads_source(split, MATVEC_QUAD_UNROLL),
         {"cuda": cuda, "int64": types.int64, "ACC": types.float32, "ZERO": np.float32(0),
          "THREADS": warps * _WARP, "GROUPS": warps // split, "LOAD4": load4})
+
+
+def _lanes_summed(total: str) -> list[str]:
+    """Source lines that sum ``total`` over the 32 lanes of each warp, in a
+    fixed tree through shared memory (``sh``, one slot per thread), into the
+    slot of the warp's lane 0; every thread of the block meets each barrier."""
+    return [f"        sh[tid] = {total}",
+            "        cuda.syncthreads()",
+            "        offset = 16",
+            "        while offset > 0:",
+            "            if lane < offset:",
+            "                sh[tid] += sh[tid + offset]",
+            "            cuda.syncthreads()",
+            "            offset //= 2"]
 
 
 def _pairwise(terms: list[str]) -> str:
