@@ -35,14 +35,13 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from . import _graphmem, _hostcalls, _registry
+from . import _hostcalls, _registry
 from ._rebind import Fixed, span
-from ._registry import LEGACY_DEFAULT_HANDLES
 from ._registry import sessions as _sessions
 from .backend import active as _backend
 from .errors import DeviceMismatchError, DistError
 from .ops import _launch
-from .safety import check_graph_memory, guard_legacy_work
+from .safety import library_work_session
 
 __all__ = [
     "Communicator",
@@ -603,20 +602,12 @@ def _collective(kind: str, x: Any, out: Any, op: Any, root: int, stream: Any,
     count = _count(kind, x_dev, out_dev, comm.size, name)
     _check_memory(kind, x_dev, out_dev, comm, stream, name)
     arrays = (x_dev, out_dev)
-    if _graphmem.held[0]:
-        check_graph_memory(arrays, handle, name)
-    session = None
-    if _sessions:
-        if handle in LEGACY_DEFAULT_HANDLES:
-            guard_legacy_work(handle, f"{name} on the legacy default stream")
-        session = _registry.on(handle)
-        if session is not None:
-            _registry.raise_if_invalidated(session)
-            if session.block is not None:
-                raise DistError(
-                    f"{name} cannot be recorded inside {session.block}: NCCL may record "
-                    "nodes CUDA forbids in a conditional body; record the collective "
-                    "before or after the block")
+    session = library_work_session(arrays, handle, name)
+    if session is not None and session.block is not None:
+        raise DistError(
+            f"{name} cannot be recorded inside {session.block}: NCCL may record "
+            "nodes CUDA forbids in a conditional body; record the collective "
+            "before or after the block")
     if _hostcalls.attention[0]:
         _hostcalls.refuse_here(name)
     if count == 0:

@@ -72,6 +72,7 @@ __all__ = [
     "graph_allocate",
     "check_graph_memory",
     "guard_legacy_work",
+    "library_work_session",
     "order_foreign_operands",
     "guard_device_copy",
     "guard_host_wait",
@@ -1011,6 +1012,25 @@ def guard_legacy_work(handle: int | None, operation: str,
         blockers = _stream_blockers(handle)
         if blockers:
             _refuse(ForeignStreamInCaptureError, operation, blockers, _LEGACY_WHY, instead)
+
+
+def library_work_session(arrays: tuple, handle: int, operation: str) -> Any:
+    """The capture session that records ``operation``, work a library
+    enqueues on the stream ``handle`` itself (cuBLAS's kernels, NCCL's)
+    reading and writing ``arrays``, or None when the stream does not
+    capture. Refused first: graph memory among ``arrays`` that does not
+    exist for it, work on the legacy default stream that would join a
+    capture, a capture that was invalidated."""
+    if _held[0]:
+        check_graph_memory(arrays, handle, operation)
+    if not _sessions:
+        return None
+    if handle in LEGACY_DEFAULT_HANDLES:
+        guard_legacy_work(handle, f"{operation} on the legacy default stream")
+    session = _registry.on(handle)
+    if session is not None:
+        raise_if_invalidated(session)
+    return session
 
 
 def guard_device_copy(handle: int | None, dst: Any, src: Any, operation: str) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 from numba import cuda
 
 import numbagraph as ng
+from numbagraph.ops._operands import BFLOAT16 as _BFLOAT16
 
 from .core import Context, PeerMissing, Row, SuiteResult, clamp_repeats
 from .peers import cupy_cuda, numba_tiny, torch_cuda
@@ -209,15 +210,6 @@ def _tensor(torch: Any, dev: Any) -> Any:
     return torch.as_tensor(dev, device="cuda")
 
 
-def _bfloat16() -> Any:
-    """NumPy's bfloat16 (ml_dtypes'), or None without ml_dtypes."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return ml_dtypes.bfloat16
-
-
 # ------------------------------------------------------------------ cases
 
 @dataclass
@@ -308,7 +300,7 @@ def _check_close(what: str, got: np.ndarray, want: np.ndarray, rtol: float,
 
 def _matmul(ctx: Context, shape: tuple, kind: str) -> _Case:
     m, k, n = _dims(ctx, *shape)
-    dtype = {FLOAT16: np.float16, BFLOAT16: _bfloat16()}.get(kind, np.float32)
+    dtype = {FLOAT16: np.float16, BFLOAT16: _BFLOAT16}.get(kind, np.float32)
     rng = np.random.default_rng(m * 31 + k * 7 + n)
     a_h, b_h = _uniform(rng, (m, k), dtype), _uniform(rng, (k, n), dtype)
     a, b = _to_device(ctx, a_h), _to_device(ctx, b_h)
@@ -685,7 +677,7 @@ def _cases(ctx: Context):
             yield lambda shape=shape, kind=kind: _matmul(ctx, shape, kind)
     for shape in FLOAT16_MATMUL_SHAPES:
         yield lambda shape=shape: _matmul(ctx, shape, FLOAT16)
-    if _bfloat16() is not None:
+    if _BFLOAT16 is not None:
         for shape in BFLOAT16_MATMUL_SHAPES:
             yield lambda shape=shape: _matmul(ctx, shape, BFLOAT16)
     for shape in MATVEC_SHAPES:
@@ -733,7 +725,7 @@ def run(ctx: Context) -> SuiteResult:
         "float32 cases and allowed on both in the TF32 cases; PyTorch's float16 and "
         "bfloat16 products accumulate in float32 (allow_fp16_reduced_precision_reduction "
         "and allow_bf16_reduced_precision_reduction off), as numbagraph's do")
-    if _bfloat16() is None:
+    if _BFLOAT16 is None:
         result.notes.append("bfloat16 matmul not measured: ml_dtypes, NumPy's bfloat16, "
                             "is not installed (pip install numbagraph[bfloat16])")
     result.notes.append(

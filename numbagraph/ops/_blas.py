@@ -43,14 +43,14 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import cuda
 
-from .. import _graphmem, _registry
+from .. import _registry
 from .._rebind import Fixed
 from .._registry import LEGACY_DEFAULT_HANDLES
 from .._registry import sessions as _sessions
 from ..alloc import free
 from ..backend import active as _backend
 from ..errors import CaptureWarning, NumbagraphError, OpError
-from ..safety import allocation_allowed, check_graph_memory, graph_allocate, guard_legacy_work
+from ..safety import allocation_allowed, graph_allocate, library_work_session
 from ._operands import BFLOAT16
 
 __all__ = [
@@ -534,15 +534,7 @@ def gemm_call(handle: int, dtype: np.dtype, gemm: Gemm, a: Any, b: Any, out: Any
     instead (with a CaptureWarning), or OpError where cuBLAS was asked for
     by name. A capture's graph keeps the arrays and the workspace."""
     arrays = (a, b, out)
-    if _graphmem.held[0]:
-        check_graph_memory(arrays, handle, "ng.matmul_into()")
-    session = None
-    if _sessions:
-        if handle in LEGACY_DEFAULT_HANDLES:
-            guard_legacy_work(handle, "ng.matmul_into() on the legacy default stream")
-        session = _registry.on(handle)
-        if session is not None:
-            _registry.raise_if_invalidated(session)
+    session = library_work_session(arrays, handle, "ng.matmul_into()")
     found = _resources(handle, _backend.current_device_id(), session)
     if isinstance(found, str):
         _refused(found)
