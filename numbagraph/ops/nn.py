@@ -34,7 +34,7 @@ from numba import cuda, types
 from ..errors import OpError
 from . import _launch
 from ._operands import FLOATS, check_disjoint, check_dtype, check_in_place, device_array, flat, row_view
-from ._reduce_kernels import add, block_tree
+from ._reduce_kernels import add, additive_accumulator, block_tree
 from .reduce import _done, _scratch_for, row_parts
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
@@ -69,7 +69,7 @@ def nan_max(a, b):
 
 
 def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
-    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc_np = additive_accumulator(dtype)
     acc = _launch.scalar_type(acc_np)
     zero, one = acc_np.type(0), acc_np.type(1)
     lowest = acc_np.type(-np.inf)
@@ -234,7 +234,7 @@ def _held_rows_kernel(dtype: np.dtype, threads: int, per: int, kind: int, width:
     registers (:func:`_held_rows_source`); quads (``width`` 4) move with the
     backend's 128-bit loads and stores where ``vector``, and otherwise four
     single ones."""
-    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc_np = additive_accumulator(dtype)
     load4, store4 = _launch.quad_access(vector)
     return _launch.generated("rows_held", _held_rows_source(per, kind, width), {
         "cuda": cuda, "math": math, "int64": types.int64, "nan_max": nan_max,
@@ -292,7 +292,7 @@ def _stats_kernel(dtype: np.dtype, threads: int, width: int = 1,
     rows of a multiple of 4), parts are whole quads and each thread reads
     quads ``lo + 4 * (tid + k * threads)``, with one ``load4`` each where
     ``vector``, adding their elements in order."""
-    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc_np = additive_accumulator(dtype)
     acc = _launch.scalar_type(acc_np)
     zero = acc_np.type(0)
     lowest = acc_np.type(-np.inf)
@@ -404,7 +404,7 @@ def _apply_kernel(dtype: np.dtype, threads: int, width: int = 1,
     taking parts ``tid, tid + threads, ...`` in order before the block's
     tree, and writes part ``b % nparts`` of the row into ``out``; in quads,
     with ``width`` 4, as ``_stats_kernel`` reads them."""
-    acc_np = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc_np = additive_accumulator(dtype)
     acc = _launch.scalar_type(acc_np)
     zero, one = acc_np.type(0), acc_np.type(1)
     lowest = acc_np.type(-np.inf)
@@ -536,7 +536,7 @@ def _rows_op(kind: int, op: str, x: Any, weight: Any, bias: Any, out: Any, eps: 
     if rows == 0:
         return
     sms, threads = _launch.limits()
-    acc_np = np.dtype(np.float32) if dtype == np.float16 else dtype
+    acc_np = additive_accumulator(dtype)
     arr = _launch.array_type(dtype)
     (w_dev, has_w), (b_dev, has_b) = params
     i64, acc_t = _launch.INDEX, _launch.scalar_type(acc_np)
