@@ -265,7 +265,7 @@ class Condition:
     """
 
     __slots__ = ("_blocks", "_scope", "_state", "_default", "_used", "_passed", "_name",
-                 "__weakref__")
+                 "_tag", "__weakref__")
 
     def __init__(self, default: int | bool | None = None, *, stream: Any = None,
                  name: str | None = None):
@@ -288,6 +288,9 @@ class Condition:
         self._default = default
         self._used = False
         self._passed = False  # given to a kernel, which may set it
+        # While a pass of an unrolled loop records: what its kernels are
+        # given instead of the handle (the backend's pass tag).
+        self._tag: Any = None
         blocks.conditions.append(self)
 
     @property
@@ -331,6 +334,8 @@ class Condition:
 
 def _kernel_argument(cond: Condition) -> Any:
     blocks = cond._live("cannot pass this Condition to a kernel")
+    if cond._tag is not None:
+        return cond._tag
     cond._passed = True
     for frame in blocks.stack:
         if frame.condition is cond:

@@ -14,18 +14,48 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 from numba import cuda
 
-from . import _forks, _registry
+from . import _forks, _registry, _unroll
 from .backend import active as _backend
 from .conditional import Condition, ConditionalBlock, _body_graphs, set_condition, while_loop
 from .errors import ConditionalError, ScalarValueError
 from .scalar import DeviceScalar
 
-__all__ = ["increment", "repeat", "RepeatLoop", "stop_when"]
+__all__ = ["increment", "repeat", "RepeatLoop", "stop_when", "MAX_UNROLL"]
+
+MAX_UNROLL = _unroll.MAX_UNROLL
+
+# What picks ``unroll="auto"``: a while node's iteration costs the GPU about
+# ITERATION_US of its own (the node, and the kernel that ends the iteration),
+# a kernel node of a pass about KERNEL_US; a pass of n kernels is unrolled
+# until the iteration's own cost is at most AUTO_SHARE of a pass, at most
+# AUTO_MAX times (docs/benchmarks: "Device loops").
+ITERATION_US = 5.5
+KERNEL_US = 1.0
+AUTO_SHARE = 0.2
+AUTO_MAX = 16
+
+
+def auto_passes(kernels: int) -> int:
+    """The passes per iteration ``unroll="auto"`` records for a pass of
+    ``kernels`` kernel launches."""
+    wanted = math.ceil(ITERATION_US / (AUTO_SHARE * KERNEL_US * max(kernels, 1)))
+    return max(1, min(AUTO_MAX, wanted))
+
+
+def _check_unroll(unroll: Any) -> Any:
+    if unroll == "auto" and isinstance(unroll, str):
+        return unroll
+    if isinstance(unroll, bool) or not isinstance(unroll, numbers.Integral) \
+            or not 1 <= unroll <= MAX_UNROLL:
+        raise ValueError(
+            f"ng.repeat: unroll={unroll!r} must be 'auto' or a whole number of passes "
+            f"per iteration from 1 to {MAX_UNROLL}")
+    return int(unroll)
 
 
 @cuda.jit
@@ -154,16 +184,22 @@ def increment(counter: DeviceScalar, by: Any = 1, *, stream: Any = None) -> None
 
 
 class RepeatLoop:
-    """A loop recorded by [repeat][numbagraph.repeat]; open it with ``with``.
+    """A loop recorded by [repeat][numbagraph.repeat]: open it with ``with``
+    (its block is the pass), or call it with a function that records one
+    pass (``loop(fn)``, or ``@ng.repeat(...)`` above the function), which
+    lets it record several passes per iteration.
 
     ``cond`` is the loop's [Condition][numbagraph.Condition], made when the
-    loop is opened (None before): a kernel of the body given it ends the loop
-    after the current pass with ``ng.set_condition(cond, 0)``. A loop is
-    opened once.
+    loop is recorded (None before): a kernel of the pass given it ends the
+    loop after the current pass with ``ng.set_condition(cond, 0)``.
+    ``unroll`` is the number of passes each iteration of its while node
+    records, once recorded (None before). A loop records once.
     """
 
     def __init__(self, counter: DeviceScalar, until: Any, by: Any, stream: Any,
-                 body: Any = None):
+                 body: Any = None, unroll: Any = "auto"):
+        self._asked = _check_unroll(unroll)
+        self.unroll: int | None = None
         self._step = _step_for(counter, by, "ng.repeat", forward=True)
         dtype = np.dtype(counter.dtype)
         if isinstance(until, DeviceScalar):
@@ -193,14 +229,15 @@ class RepeatLoop:
         # before the loop records anything.
         self._body = _body_graphs(body, 1, "ng.repeat")[0]
 
-    def __enter__(self) -> "RepeatLoop":
+    def _check_place(self) -> tuple[int, Any]:
+        """The capture stream's handle and session, once sure a loop may be
+        recorded there; refused before anything is recorded."""
         if self.cond is not None:
             raise ConditionalError(
                 "this ng.repeat loop was recorded already; each records once: call "
                 "ng.repeat(...) again for another loop")
-        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
-        # Refused before the Condition and its first kernel are recorded:
-        # a while loop records on the capture's own stream, once every
+        s = self._stream
+        # A while loop records on the capture's own stream, once every
         # stream forked into it is joined back.
         handle = _backend.stream_handle(s)
         session = _registry.on(handle)
@@ -212,6 +249,19 @@ class RepeatLoop:
                     f"stream; open it on {session.stream!r} (stream=) and fork inside "
                     "its body. Nothing was recorded; the capture goes on")
             _forks.guard_restart(session, "ng.repeat")
+        return handle, session
+
+    def __enter__(self) -> "RepeatLoop":
+        if self._asked not in (1, "auto"):
+            raise ConditionalError(
+                f"ng.repeat(unroll={self._asked}) records its pass {self._asked} times per "
+                "iteration, which a `with` block cannot do (its body runs once). Write the "
+                "pass as a function of the loop and give it to the loop: "
+                f"`@ng.repeat(pos, until=n, unroll={self._asked})` above `def step(loop): ...`. "
+                "Nothing was recorded; the capture goes on")
+        self._check_place()
+        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        self.unroll = 1
         # The loop's condition is set by a kernel before the loop, so a
         # counter already at its limit runs no pass.
         self.cond = Condition(stream=s)
@@ -236,9 +286,105 @@ class RepeatLoop:
                 raise
         return block.__exit__(exc_type, exc, tb)
 
+    def __call__(self, record_pass: Callable[["RepeatLoop"], Any]) -> "RepeatLoop":
+        """Record the loop with ``record_pass(loop)`` launching one pass:
+        called once per pass an iteration holds (``unroll``), each call
+        recording the same launches. Returns the loop."""
+        if not callable(record_pass):
+            raise TypeError(
+                f"ng.repeat(...)(fn) takes a function that records one pass, not "
+                f"{type(record_pass).__name__}")
+        asked = self._asked
+        if self._body is not None:
+            if asked not in (1, "auto"):
+                raise ConditionalError(
+                    f"ng.repeat(unroll={asked}, body=graph): a child graph cannot be "
+                    "skipped inside an iteration, so a loop with body= records one pass "
+                    "per iteration; leave unroll at 1 or 'auto'. Nothing was recorded")
+            asked = 1
+        if asked == 1:
+            with self:
+                record_pass(self)
+            return self
+        handle, session = self._check_place()
+        if session is None:
+            raise ConditionalError(
+                f"{self._stream!r} is not capturing: ng.repeat records a loop only "
+                "inside `with ng.capture(stream):`")
+        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        release = _registry.release_when_idle
+        state = _backend.loop_memory(2, np.int32, release)
+        slots = _backend.loop_memory(MAX_UNROLL, np.dtype(self.counter.dtype), release)
+        self.cond = cond = Condition(stream=s)
+        _unroll.enter_kernel(scalar)[1, 1, s](
+            self.counter, self.until, self._step, slots, state, cond)
+        block = while_loop(cond, stream=s)
+        block.__enter__()
+        try:
+            recording = _unroll.PassRecording(session, state, slots, self.counter)
+            with _unroll.recording_passes(recording):
+                passes = self._record_passes(record_pass, recording, handle, asked)
+            end = _unroll.end_kernel(scalar, passes)
+            if passes == 1:
+                end[1, 1, s](self.counter, self.until, self._step, state, cond)
+            else:
+                end[1, 1, s](self.counter, self.until, self._step, slots, state,
+                             np.int32(passes), cond)
+        except BaseException as err:
+            cond._tag = None
+            block.__exit__(type(err), err, err.__traceback__)
+            raise
+        block.__exit__(None, None, None)
+        self.unroll = passes
+        return self
+
+    def _record_passes(self, record_pass: Callable[["RepeatLoop"], Any],
+                       recording: Any, handle: int, asked: Any) -> int:
+        """Record pass 1, choose the passes per iteration from it, record the
+        rest guarded; returns how many passes were recorded."""
+        cond = self.cond
+        assert cond is not None
+        before = _backend.capture_node_count(handle)
+        cond._tag = _backend.pass_condition(recording.state, 1)
+        try:
+            record_pass(self)
+        finally:
+            cond._tag = None
+        other = _backend.capture_node_count(handle) - before - recording.launches
+        if asked == "auto":
+            passes = 1 if other else auto_passes(recording.launches)
+        else:
+            passes = asked
+            if other and passes > 1:
+                raise ConditionalError(
+                    f"ng.repeat(unroll={passes}): the pass recorded {other} node(s) other "
+                    "than kernel launches (a copy, a fill, a DeviceScalar update, a "
+                    "library's work such as a cuBLAS product, a child graph or a nested "
+                    "block), which cannot be skipped on the device once the loop stops "
+                    "inside an iteration. Launch only kernels and numbagraph's kernel ops "
+                    "in an unrolled pass, or use unroll=1 or 'auto' (which records one pass "
+                    "per iteration for such a pass). The capture is discarded")
+        recording.guarded = True
+        for index in range(2, passes + 1):
+            recording.index, recording.launches = index, 0
+            before = _backend.capture_node_count(handle)
+            cond._tag = _backend.pass_condition(recording.state, index)
+            try:
+                record_pass(self)
+            finally:
+                cond._tag = None
+            added = _backend.capture_node_count(handle) - before
+            if added != recording.launches:
+                raise ConditionalError(
+                    f"ng.repeat(unroll={passes}): pass {index} recorded "
+                    f"{added - recording.launches} node(s) other than kernel launches, "
+                    "which pass 1 did not: record the same kernel launches in every pass. "
+                    "The capture is discarded")
+        return passes
+
 
 def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None,
-           body: Any = None) -> RepeatLoop:
+           body: Any = None, unroll: Any = "auto") -> RepeatLoop:
     """Record a loop the GPU runs while ``counter < until``, adding ``by`` to
     ``counter`` after each pass.
 
@@ -297,7 +443,7 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
     cap.graph.launch()                                  # the whole decode, one launch
     ```
     """
-    return RepeatLoop(counter, until, by, stream, body)
+    return RepeatLoop(counter, until, by, stream, body, unroll)
 
 
 def stop_when(cond: Condition, value: Any, *, below: Any = None, above: Any = None,

@@ -11,7 +11,7 @@ that launches on the stream never has to know which graph it records into.
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from cuda import bindings as _bindings
@@ -26,6 +26,9 @@ __all__ = [
     "condition_argument",
     "condition_create",
     "conditional_version",
+    "capture_node_count",
+    "loop_memory",
+    "pass_condition",
     "set_condition",
 ]
 
@@ -94,15 +97,78 @@ def condition_create(recording: Any, default: int | None) -> Any:
         raise DriverError("cuStreamGetCaptureInfo", _INVALIDATED)
     ctx = check("cuStreamGetCtx", cu.cuStreamGetCtx(handle))
     flags = 0 if default is None else cu.CU_GRAPH_COND_ASSIGN_DEFAULT
-    return check(
+    made = check(
         "cuGraphConditionalHandleCreate",
         cu.cuGraphConditionalHandleCreate(graph, ctx, default or 0, flags),
     )
+    if int(made) >> 56 == _PASS_TAG:
+        # ng_set_condition would take it for a pass tag.
+        raise DriverError("cuGraphConditionalHandleCreate", cu.CUresult.CUDA_ERROR_NOT_SUPPORTED)
+    return made
 
 
 def condition_argument(state: Any) -> np.uint64:
     """What a kernel is given for a condition: the handle, a uint64."""
     return np.uint64(int(state))
+
+
+# A pass tag, as conditional.cu reads it: the tag, the pass, the address.
+_PASS_TAG = 0xA5
+_ADDRESS_BITS = 48
+
+
+def pass_condition(state: Any, index: int) -> np.uint64:
+    """What a kernel recorded into pass ``index`` (from 1) of an unrolled
+    loop is given for the loop's condition: a tag naming the pass and the
+    loop's state (an int32 array whose first element is the last pass that
+    may run)."""
+    address = int(state.device_ctypes_pointer.value)
+    if address >> _ADDRESS_BITS or not 0 < index < 256:
+        raise DriverError("ng_set_condition", cu.CUresult.CUDA_ERROR_NOT_SUPPORTED)
+    return np.uint64((_PASS_TAG << 56) | (index << _ADDRESS_BITS) | address)
+
+
+def _free_relaxed(pointer: int) -> None:
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    err, previous = cu.cuThreadExchangeStreamCaptureMode(mode)
+    try:
+        cu.cuMemFree(cu.CUdeviceptr(pointer))
+    finally:
+        if not err:
+            cu.cuThreadExchangeStreamCaptureMode(previous)
+
+
+def loop_memory(size: int, dtype: np.dtype, release: Callable[[Callable[[], None]], None]) -> Any:
+    """A device array of ``size`` elements for a loop's own state, which its
+    kernels initialise at each launch, made while the thread may be
+    capturing: the allocation is made with the thread's capture mode
+    relaxed, which CUDA allows during a capture, and is not part of any
+    graph. Once the array is collected its memory is freed through
+    ``release`` (which defers it until no capture runs)."""
+    from numba.cuda.cudadrv import devicearray, driver as numba_driver
+
+    dtype = np.dtype(dtype)
+    nbytes = max(size, 1) * dtype.itemsize
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    previous = check("cuThreadExchangeStreamCaptureMode",
+                     cu.cuThreadExchangeStreamCaptureMode(mode))
+    try:
+        pointer = int(check("cuMemAlloc", cu.cuMemAlloc(nbytes)))
+    finally:
+        cu.cuThreadExchangeStreamCaptureMode(previous)
+    memory = numba_driver.MemoryPointer(
+        cuda.current_context(), cu.CUdeviceptr(pointer), nbytes,
+        finalizer=lambda: release(lambda: _free_relaxed(pointer)))
+    return devicearray.DeviceNDArray((size,), (dtype.itemsize,), dtype, gpu_data=memory)
+
+
+def capture_node_count(handle: int) -> int:
+    """How many nodes the graph the stream captures into holds now."""
+    status, graph, _, _ = _capture_info(handle)
+    if status != CAPTURE_ACTIVE:
+        raise DriverError("cuStreamGetCaptureInfo", _INVALIDATED)
+    _, count = check("cuGraphGetNodes", cu.cuGraphGetNodes(graph, 0))
+    return int(count)
 
 
 # ---------------------------------------------------------------- nodes

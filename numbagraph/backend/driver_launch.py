@@ -366,6 +366,12 @@ class FastConfiguration:
 
     def __call__(self, *args: Any) -> Any:
         dispatcher = self.dispatcher
+        if _guard[0] is not None:
+            swapped = _guard[0](self.handle, dispatcher, args)
+            if swapped is not None:
+                numba = self.numba
+                return swapped[0][numba.griddim, numba.blockdim, numba.stream,
+                                  numba.sharedmem](*swapped[1])
         args = _on_launch[0](self.handle, dispatcher, args)
         if self.numba.pre_launch_callbacks:
             return _numba_call[0](dispatcher, args, self.numba)
@@ -423,8 +429,13 @@ class _Packed(threading.local):
 
 
 # The launch hook and numba's own CUDADispatcher.call, set as the patches
-# are made.
+# are made; the launch guard, set while a guarded pass records.
 _on_launch: list[Any] = [None]
+_guard: list[Any] = [None]
+
+
+def set_launch_guard(hook: Any) -> None:
+    _guard[0] = hook
 _numba_call: list[Any] = [None]
 # dispatcher -> {configuration arguments: its FastConfiguration}
 _configurations: dict[Any, dict[tuple, FastConfiguration]] = {}
@@ -465,8 +476,13 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
     _numba_call[0], _on_launch[0] = original, on_launch
 
     def call(self, args, launch_config):
-        return original(self, on_launch(int(launch_config.stream.handle), self, args),
-                        launch_config)
+        handle = int(launch_config.stream.handle)
+        if _guard[0] is not None:
+            swapped = _guard[0](handle, self, args)
+            if swapped is not None:
+                c = launch_config
+                return swapped[0][c.griddim, c.blockdim, c.stream, c.sharedmem](*swapped[1])
+        return original(self, on_launch(handle, self, args), launch_config)
 
     return call
 
@@ -516,17 +532,26 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
            on_launch: LaunchHook) -> None:
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
     ``on_launch`` applied as to every launch."""
+    if _guard[0] is not None:
+        swapped = _guard[0](handle, dispatcher, args)
+        if swapped is not None:
+            swapped[0][grid, block, _numba_stream(handle)](*swapped[1])
+            return
     args = on_launch(handle, dispatcher, args)
     plan = plan_for(dispatcher, args, _context_key(), trusted=True) if FAST else None
     if plan is not None:
         launch_packed(plan, args, handle, dims_for(grid, block, 0))
         return
+    _numba_call[0](dispatcher, args, dispatcher.configure(grid, block, _numba_stream(handle)))
+
+
+def _numba_stream(handle: int) -> Any:
     stream = _fallback_streams.get(handle)
     if stream is None:
         if len(_fallback_streams) > 1024:
             _fallback_streams.clear()
         stream = _fallback_streams[handle] = cuda.external_stream(handle)
-    _numba_call[0](dispatcher, args, dispatcher.configure(grid, block, stream))
+    return stream
 
 
 def repeatable_types() -> tuple[frozenset, frozenset]:

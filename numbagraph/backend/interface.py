@@ -441,7 +441,29 @@ class Backend(Protocol):
         """What a kernel is given for a condition."""
 
     def set_condition(self, cond: Any, value: Any) -> None:
-        """Device function: set ``cond`` to ``value`` from a kernel."""
+        """Device function: set ``cond`` to ``value`` from a kernel; a pass
+        tag (``pass_condition``) ends its unrolled loop after its pass."""
+
+    def pass_condition(self, state: Any, index: int) -> Any:
+        """What a kernel recorded into pass ``index`` (from 1) of an unrolled
+        loop is given for the loop's condition: a tag that, set to 0, lowers
+        ``state[0]`` (an int32 device array: the last pass of the iteration
+        that may run) to ``index`` and sets ``state[1]`` (stopped)."""
+
+    def loop_memory(self, size: int, dtype: Any,
+                    release: Callable[[Callable[[], None]], None]) -> Any:
+        """A device array of ``size`` elements for a loop's own state, made
+        even while the thread captures (no graph holds it); once collected
+        its memory is freed through ``release``."""
+
+    def capture_node_count(self, handle: int) -> int:
+        """How many nodes the graph the stream captures into holds now (the
+        open body's, inside a conditional block)."""
+
+    def set_launch_guard(self, hook: Any) -> None:
+        """Install ``hook(handle, kernel, args)`` (or None) in front of every
+        kernel launch: where it returns ``(kernel2, args2)``, the launch is
+        ``kernel2`` with ``args2``, in the same configuration, instead."""
 
     # ------------------------------------------------------------ several streams
 

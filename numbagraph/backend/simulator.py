@@ -104,6 +104,13 @@ def is_capturing(handle: int) -> bool:
     return capture_key(handle) in _recordings
 
 
+def capture_node_count(handle: int) -> int:
+    """How many calls the recording the stream captures into holds now (the
+    open body's, inside a conditional block)."""
+    recording = _recordings.get(capture_key(handle))
+    return 0 if recording is None else len(recording.nodes)
+
+
 class Recording:
     """The calls made on the streams of one capture, in the order they were
     made, each with the calls it depends on (``links``)."""
@@ -473,6 +480,14 @@ def _run(kernel: FakeCUDAKernel, grid, block, shared: int, args: tuple) -> None:
             sys.setswitchinterval(previous)
 
 
+# The launch guard, set while a guarded pass of an unrolled loop records.
+_guard: list[Any] = [None]
+
+
+def set_launch_guard(hook: Any) -> None:
+    _guard[0] = hook
+
+
 class _ConfiguredLaunch:
     """``kernel[grid, block, stream, shared]``, remembering the stream; the
     launch passes through ``on_launch``."""
@@ -488,6 +503,11 @@ class _ConfiguredLaunch:
         # Ops launch by the handle they already checked.
         stream = self.stream
         handle = stream if type(stream) is int else stream_handle(stream)
+        if _guard[0] is not None:
+            swapped = _guard[0](handle, self.kernel, args)
+            if swapped is not None:
+                swapped[0][self.grid, self.block, stream, self.shared](*swapped[1])
+                return
         args = self.on_launch(handle, self.kernel, args)
         _record_or_run(handle, functools.partial(
             _run, self.kernel, self.grid, self.block, self.shared, args

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
 from ._bodies import BodyTracking
 
 __all__ = [
@@ -20,6 +23,8 @@ __all__ = [
     "condition_argument",
     "condition_create",
     "conditional_version",
+    "loop_memory",
+    "pass_condition",
     "set_condition",
 ]
 
@@ -47,8 +52,29 @@ class ConditionCell:
         return f"<simulated graph condition = {self.value}>"
 
 
+class PassTag:
+    """What a kernel recorded into pass ``index`` of an unrolled loop is
+    given for the loop's condition, as on the driver: setting it to 0 ends
+    the loop after that pass, through the loop's state (``state[0]``, the
+    last pass that may run; ``state[1]``, stopped)."""
+
+    __slots__ = ("state", "index")
+
+    def __init__(self, state: Any, index: int):
+        self.state, self.index = state, index
+
+    def __repr__(self) -> str:
+        return f"<simulated pass {self.index} of an unrolled loop>"
+
+
 def set_condition(cond: Any, value: Any) -> None:
     """Set ``cond`` to ``value`` (non-zero: true) from a simulated kernel."""
+    if type(cond) is PassTag:
+        if int(value) & _UINT32 == 0:
+            state = cond.state
+            state[0] = min(int(state[0]), cond.index)
+            state[1] = 1
+        return
     if not isinstance(cond, ConditionCell):
         raise TypeError(
             f"set_condition takes the ng.Condition passed to the kernel, not "
@@ -67,6 +93,15 @@ def condition_create(recording: Any, default: int | None) -> ConditionCell:
 
 def condition_argument(state: ConditionCell) -> ConditionCell:
     return state
+
+
+def pass_condition(state: Any, index: int) -> PassTag:
+    return PassTag(state, index)
+
+
+def loop_memory(size: int, dtype: Any, release: Callable[[Callable[[], None]], None]) -> Any:
+    """A device array for a loop's own state; the simulator frees nothing."""
+    return FakeCUDAArray(np.zeros(max(size, 1), dtype))
 
 
 def _run(calls: list[Callable[[], None]]) -> None:
