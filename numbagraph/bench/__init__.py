@@ -7,6 +7,7 @@ Suites, in the order they run:
 * ``replay``    replay cost per node of graphs of 1..1000 tiny kernels
 * ``eager``     launch cost of one tiny kernel, eagerly, per framework
 * ``loop``      a replay-loop step: scalar update + 1-node graph launch
+* ``devloop``   loops run by the GPU: while and if nodes, unrolled passes
 * ``capture``   capture + instantiate cost, per launch captured
 * ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
 * ``memory``    graph-owned temporaries: replay, footprint, capture cost
@@ -21,12 +22,12 @@ Peers that are missing (PyTorch, CuPy, nvcc, matplotlib, the CUDA driver)
 are reported with the reason and skipped.
 """
 
-from . import (apps, bandwidth, capture_cost, collectives, eager, graphed, loop, memory, ops,
-               replay, streams)
+from . import (apps, bandwidth, capture_cost, collectives, devloop, eager, graphed, loop,
+               memory, ops, replay, streams)
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, capture_cost, graphed, memory, streams,
+    m.NAME: m for m in (replay, eager, loop, devloop, capture_cost, graphed, memory, streams,
                      bandwidth, ops, apps, collectives)
 }

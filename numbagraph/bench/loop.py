@@ -261,15 +261,17 @@ DEVICE_LOOP = "numbagraph, device loop"
 
 def _device_loop(ctx: Context, case: str) -> Contender:
     """The whole loop in one launch: ``ng.repeat`` runs the 1-node step on
-    the GPU, its counter advanced there after each pass; a batch is one
-    launch of as many passes as the other peers take steps."""
+    the GPU, as many passes per iteration of its while node as
+    ``unroll="auto"`` records; a batch is one launch of as many passes as
+    the other peers take steps."""
     def make():
         t = numba_tiny(ctx)
         n = ctx.config.launch_repeats
         pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
         t.launch(pos)
         with ng.capture(t.stream) as cap:
-            with ng.repeat(pos, until=float(n)):
+            @ng.repeat(pos, until=float(n))
+            def loop(loop):
                 t.launch(pos)
         graph = cap.graph
         graph.upload()
@@ -278,17 +280,17 @@ def _device_loop(ctx: Context, case: str) -> Contender:
         graph.launch()
         if pos.value != n:
             raise RuntimeError(f"the device loop ran {pos.value} passes, not {n}")
-        return t, pos, graph, n
+        return t, pos, graph, n, loop.unroll
 
-    t, pos, graph, n = ctx.shared("loop_device", make)
+    t, pos, graph, n, unroll = ctx.shared("loop_device", make)
 
     def batch():
         pos.update(0.0)
         graph.launch()
 
     return Contender(batch, n, t.sync,
-                     note=f"one launch of ng.repeat over {n} passes (the step, then "
-                          "the counter's advance on the GPU)")
+                     note=f"one launch of ng.repeat over {n} passes, {unroll} per "
+                          "iteration of its while node (unroll='auto')")
 
 
 PEERS = {
