@@ -28,6 +28,8 @@ from .scalar import DeviceScalar
 __all__ = ["increment", "repeat", "RepeatLoop", "stop_when", "MAX_UNROLL"]
 
 MAX_UNROLL = _unroll.MAX_UNROLL
+"""The most passes per iteration [repeat][numbagraph.repeat] records
+(``unroll=``)."""
 
 # What picks ``unroll="auto"``: a while node's iteration costs the GPU about
 # ITERATION_US of its own (the node, and the kernel that ends the iteration),
@@ -412,11 +414,24 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
         recorded into the body as a child graph node when the loop opens:
         ``with ng.repeat(pos, until=n, body=step): pass`` runs ``step`` until
         ``pos`` reaches ``n``.
+    unroll
+        Passes per iteration of the loop's while node, for a loop given its
+        pass as a function (``loop(fn)``, or ``@ng.repeat(...)`` above it),
+        which is called once per pass: a whole number from 1 to
+        [MAX_UNROLL][numbagraph.MAX_UNROLL], or ``"auto"`` (the default),
+        chosen from the kernels the first pass launches so that the while
+        node's own cost is at most about 20% of the passes'. Results are
+        those of one pass per iteration: a counted loop runs exactly its
+        passes, and no pass after one that stops the loop changes anything.
+        Above 1, a pass launches kernels only (``"auto"`` records a pass
+        holding other work once per iteration) and no kernel writes
+        ``counter``. A ``with`` block records one pass per iteration.
 
     Returns
     -------
     RepeatLoop
-        The loop, to open with ``with``; its ``cond`` stops it early.
+        The loop, to open with ``with`` or to call with the function that
+        records a pass; its ``cond`` stops it early.
 
     Raises
     ------
@@ -428,10 +443,16 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
         [CapturedGraph.launch][numbagraph.CapturedGraph.launch] says.
     ScalarValueError
         ``by`` does not fit the counter's dtype, or the counter is a bool.
+    ValueError
+        ``unroll`` is neither ``"auto"`` nor a whole number from 1 to
+        [MAX_UNROLL][numbagraph.MAX_UNROLL].
     ConditionalError
         Not inside a capture on ``stream``, the CUDA in use has no
         conditional nodes, or ``body`` holds one; opening and closing the body raise as
-        [while_loop][numbagraph.while_loop] does.
+        [while_loop][numbagraph.while_loop] does. A ``with`` block, or
+        ``body=``, with ``unroll`` above 1 (nothing is recorded); a pass
+        recorded with an explicit ``unroll`` above 1 that holds work other
+        than kernel launches (the capture is discarded).
 
     Examples
     --------
@@ -441,6 +462,10 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
             decode[1, 32, s](tokens, pos, loop.cond)   # sets loop.cond to 0 at the end token
     pos.update(prompt_len)
     cap.graph.launch()                                  # the whole decode, one launch
+    with ng.capture(s) as cap:
+        @ng.repeat(pos, until=max_len, unroll=8)        # 8 passes per iteration
+        def decode_loop(loop):
+            decode[1, 32, s](tokens, pos, loop.cond)
     ```
     """
     return RepeatLoop(counter, until, by, stream, body, unroll)
