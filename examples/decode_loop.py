@@ -1,25 +1,36 @@
 """A transformer-style decode loop, captured once and replayed per token.
 
 One decode step of a small pre-norm transformer, built from numbagraph ops
-and one kernel of our own:
+and two kernels of our own:
 
   embedding lookup at the token and at the position  (take_into, add_into)
   per layer:
-    rmsnorm -> q, k, v projections                   (rmsnorm_into, matvec_into)
-    append k, v to the layer's cache at row pos      (put_into)
+    rmsnorm -> q, k, v in one projection             (rmsnorm_into, matvec_into)
+    append k, v to the layer's caches at row pos     (put_into)
     scores of q against cache rows 0..pos, masked    (attention_scores, our kernel)
-    softmax, weighted sum of the cached values       (softmax_into, matmul_into)
+    softmax, weighted sum of the cached values       (softmax_into, attention_values, ours)
     output projection, residual add                  (matvec_into, add_into)
     rmsnorm -> MLP with GELU -> residual add         (matvec_into, gelu_into, add_into)
   final rmsnorm, logits, greedy pick                  (rmsnorm_into, matvec_into, argmax_into)
   the step's logits and pick stored at row pos        (put_into)
+
+Every one of these is a kernel launch: no cuBLAS product, copy or scalar
+update, so that the one-launch loop below may run several steps per
+iteration of its while node.
 
 The token and the position live in DeviceScalars, so the step is captured
 into a graph once and replayed for every token after ``pos.update(t)``.
 The loop runs eagerly and as a graph; both are checked token by token
 against a NumPy reference, and the time per token of each is printed.
 Then the whole decode runs in one launch: ``ng.repeat`` loops the step on
-the GPU, advancing ``pos``, until a kernel sees the end token picked.
+the GPU, advancing ``pos``, until a kernel sees the end token picked, with
+``unroll="auto"``: as many steps per iteration of its while node as pay
+for the iteration's own cost (one for a step of many kernels), the steps
+after the end token skipped on the device.
+
+It runs two sizes: four layers, whose token's work on the GPU outweighs
+what launching it costs, and one layer of about two dozen small kernels a
+token, where the launch's own cost shows (its lines start with "small").
 
 Run: python examples/decode_loop.py   (no GPU: runs on Numba's simulator)
 """
@@ -53,23 +64,45 @@ class Config:
 # The simulator runs one Python thread per GPU thread: keep it tiny there.
 CONFIG = (Config(vocab=2048, dim=256, heads=4, hidden=1024, layers=4, tokens=64) if ON_GPU
           else Config(vocab=16, dim=8, heads=2, hidden=16, layers=1, tokens=3))
+# The second size: one layer, about two dozen small kernels per token.
+SMALL = (Config(vocab=1024, dim=128, heads=4, hidden=512, layers=1, tokens=64) if ON_GPU
+         else Config(vocab=8, dim=4, heads=1, hidden=8, layers=1, tokens=2))
 EPS = 1e-6
+VALUE_THREADS = 128
 
 
 @cuda.jit
 def attention_scores(q, keys, pos, scale, scores):
-    """scores[h, j] = (q_h . keys[h, j]) * scale for rows j <= pos[0], and
-    -inf for the rows not written yet, so softmax gives them no weight."""
+    """scores[h, j] = (q_h . k_h of cache row j) * scale for rows j <= pos[0],
+    and -inf for the rows not written yet, so softmax gives them no weight.
+    Row j of ``keys`` holds every head's key, head h at h * head_dim."""
     j, h = cuda.grid(2)
-    heads, length, head_dim = keys.shape
+    heads, length = scores.shape
+    head_dim = q.size // heads
     if h < heads and j < length:
         if j <= pos[0]:
+            base = h * head_dim
             acc = float32(0.0)
             for d in range(head_dim):
-                acc += q[h * head_dim + d] * keys[h, j, d]
+                acc += q[base + d] * keys[j, base + d]
             scores[h, j] = acc * scale
         else:
             scores[h, j] = -math.inf
+
+
+@cuda.jit
+def attention_values(probs, values, pos, out):
+    """out[i] = sum over cache rows j <= pos[0] of probs[h, j] * values[j, i],
+    for element i of head h (the weights of rows past pos are 0)."""
+    i = cuda.grid(1)
+    heads, length = probs.shape
+    if i < out.size:
+        h = i // (out.size // heads)
+        rows = min(pos[0] + 1, length)
+        acc = float32(0.0)
+        for j in range(rows):
+            acc += probs[h, j] * values[j, i]
+        out[i] = acc
 
 
 @cuda.jit
@@ -97,8 +130,8 @@ class Model:
             "position": weight(t, d, scale=0.1),
             "norm1": 1 + weight(cfg.layers, d, scale=0.1),
             "norm2": 1 + weight(cfg.layers, d, scale=0.1),
-            "wq": weight(cfg.layers, d, d), "wk": weight(cfg.layers, d, d),
-            "wv": weight(cfg.layers, d, d), "wo": weight(cfg.layers, d, d),
+            # The q, k and v projections stacked: rows 0..d-1 give q, then k, v.
+            "wqkv": weight(cfg.layers, 3 * d, d), "wo": weight(cfg.layers, d, d),
             "w1": weight(cfg.layers, f, d), "w2": weight(cfg.layers, d, f),
             "norm_out": 1 + weight(d, scale=0.1),
             "unembed": weight(cfg.vocab, d),
@@ -107,11 +140,12 @@ class Model:
         dev = {name: cuda.to_device(value, stream=s) for name, value in self.host.items()}
         self.w = dev
         zeros = lambda *shape, dtype=np.float32: ng.zeros(shape, dtype, stream=s)  # noqa: E731
-        self.k_cache = zeros(cfg.layers, h, t, cfg.head_dim)
-        self.v_cache = zeros(cfg.layers, h, t, cfg.head_dim)
+        # Row j of a layer's cache: every head's key (or value) at position j.
+        self.k_cache = zeros(cfg.layers, t, d)
+        self.v_cache = zeros(cfg.layers, t, d)
         self.x, self.h, self.pe = zeros(d), zeros(d), zeros(d)
-        self.q, self.k, self.v = zeros(d), zeros(d), zeros(d)
-        self.attn, self.o, self.f = zeros(h, cfg.head_dim), zeros(d), zeros(f)
+        self.qkv = zeros(3 * d)
+        self.attn, self.o, self.f = zeros(d), zeros(d), zeros(f)
         self.scores, self.probs = zeros(h, t), zeros(h, t)
         self.logits = zeros(cfg.vocab)
         self.logits_log = zeros(t, cfg.vocab)
@@ -121,19 +155,15 @@ class Model:
         self.pos = ng.DeviceScalar(0, dtype=np.int32, stream=s)
         self.scale = np.float32(1.0 / math.sqrt(cfg.head_dim))
         # Views made once: slicing a device array costs host time every step.
-        hd = cfg.head_dim
-        self.layer = [{name: dev[name][i] for name in ("norm1", "norm2", "wq", "wk", "wv",
-                                                       "wo", "w1", "w2")}
+        self.q, self.k, self.v = self.qkv[:d], self.qkv[d:2 * d], self.qkv[2 * d:]
+        self.layer = [{name: dev[name][i] for name in ("norm1", "norm2", "wqkv", "wo",
+                                                       "w1", "w2")}
                       for i in range(cfg.layers)]
         for i, views in enumerate(self.layer):
             views["k_cache"], views["v_cache"] = self.k_cache[i], self.v_cache[i]
-            views["k_heads"] = [self.k_cache[i][head] for head in range(h)]
-            views["v_heads"] = [self.v_cache[i][head] for head in range(h)]
-        self.k_parts = [self.k[head * hd:(head + 1) * hd] for head in range(h)]
-        self.v_parts = [self.v[head * hd:(head + 1) * hd] for head in range(h)]
-        self.prob_rows = [self.probs[head:head + 1] for head in range(h)]
-        self.attn_rows = [self.attn[head:head + 1] for head in range(h)]
-        self.attn_flat = self.attn.reshape(d)
+        self.score_grid = ((t + 31) // 32, h)
+        threads = min(VALUE_THREADS, d)
+        self.value_grid, self.value_block = (d + threads - 1) // threads, threads
 
     def reset(self, s) -> None:
         for cache in (self.k_cache, self.v_cache, self.logits_log):
@@ -147,22 +177,17 @@ class Model:
         ng.take_into(w["embed"], self.token, x, stream=s)
         ng.take_into(w["position"], pos, self.pe, stream=s)
         ng.add_into(x, self.pe, x, stream=s)
-        grid = ((cfg.tokens + 31) // 32, cfg.heads)
         for lw in self.layer:
             ng.rmsnorm_into(x, lw["norm1"], h, eps=EPS, stream=s)
-            ng.matvec_into(lw["wq"], h, self.q, stream=s)
-            ng.matvec_into(lw["wk"], h, self.k, stream=s)
-            ng.matvec_into(lw["wv"], h, self.v, stream=s)
-            for head in range(cfg.heads):
-                ng.put_into(self.k_parts[head], pos, lw["k_heads"][head], stream=s)
-                ng.put_into(self.v_parts[head], pos, lw["v_heads"][head], stream=s)
-            attention_scores[grid, (32, 1), s](self.q, lw["k_cache"], pos, self.scale,
-                                               self.scores)
+            ng.matvec_into(lw["wqkv"], h, self.qkv, stream=s)
+            ng.put_into(self.k, pos, lw["k_cache"], stream=s)
+            ng.put_into(self.v, pos, lw["v_cache"], stream=s)
+            attention_scores[self.score_grid, (32, 1), s](self.q, lw["k_cache"], pos,
+                                                          self.scale, self.scores)
             ng.softmax_into(self.scores, self.probs, stream=s)
-            for head in range(cfg.heads):
-                ng.matmul_into(self.prob_rows[head], lw["v_heads"][head],
-                               self.attn_rows[head], stream=s)
-            ng.matvec_into(lw["wo"], self.attn_flat, self.o, stream=s)
+            attention_values[self.value_grid, self.value_block, s](self.probs, lw["v_cache"],
+                                                                   pos, self.attn)
+            ng.matvec_into(lw["wo"], self.attn, self.o, stream=s)
             ng.add_into(x, self.o, x, stream=s)
             ng.rmsnorm_into(x, lw["norm2"], h, eps=EPS, stream=s)
             ng.matvec_into(lw["w1"], h, self.f, stream=s)
@@ -192,7 +217,7 @@ def reference(model: Model) -> np.ndarray:
         x = w["embed"][model.host["prompt"][t]] + w["position"][t]
         for layer in range(cfg.layers):
             h = rmsnorm(x, w["norm1"][layer])
-            q, k, v = (w[name][layer] @ h for name in ("wq", "wk", "wv"))
+            q, k, v = np.split(w["wqkv"][layer] @ h, 3)
             keys[layer, :, t] = k.reshape(cfg.heads, hd)
             values[layer, :, t] = v.reshape(cfg.heads, hd)
             scores = np.einsum("hd,hjd->hj", q.reshape(cfg.heads, hd),
@@ -266,15 +291,15 @@ def end_token(expected: np.ndarray) -> tuple[int, int]:
     return -1, len(picks) - 1          # no such token: the length ends the decode
 
 
-def run_to_end_token(model: Model, s, token: int) -> tuple[float, int]:
+def run_to_end_token(model: Model, s, token: int) -> tuple[float, int, int]:
     """The whole decode in one launch: the step in a loop on the GPU that
-    advances pos until the end token is picked or the length is reached."""
+    advances pos until the end token is picked or the length is reached.
+    Returns the time, the tokens generated and the steps each iteration of
+    the loop's while node runs."""
     ng.precompile(stop_at_token, model.best, token, ng.Condition)
-    # cuBLAS's workspace for this graph, made now: a loop body cannot
-    # allocate one.
-    ng.prepare_matmul(stream=s)
     with ng.capture(s) as cap:
-        with ng.repeat(model.pos, until=model.cfg.tokens) as loop:
+        @ng.repeat(model.pos, until=model.cfg.tokens, unroll="auto")
+        def loop(loop):
             model.step(s)
             stop_at_token[1, 1, s](model.best, token, loop.cond)
     graph = cap.graph
@@ -285,40 +310,59 @@ def run_to_end_token(model: Model, s, token: int) -> tuple[float, int]:
     start = time.perf_counter()
     graph.launch()
     s.synchronize()
-    return time.perf_counter() - start, model.pos.value
+    return time.perf_counter() - start, model.pos.value, loop.unroll
 
 
-def main(cfg: Config = CONFIG) -> None:
-    where = "GPU (CUDA driver)" if ON_GPU else "Numba's CUDA simulator (no GPU found)"
-    print(f"numbagraph decode loop on {where}")
-    print(f"  {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} heads, MLP {cfg.hidden}, "
-          f"vocab {cfg.vocab}, {cfg.tokens} tokens")
-    s = cuda.stream()
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def run_size(cfg: Config, s, name: str = "") -> None:
+    """Decode with ``cfg`` eagerly, as a graph per token and in one launch,
+    check each against NumPy and print the times; ``name`` starts every
+    label of a size after the first (in microseconds, not milliseconds)."""
+    lead, colon = (f"{name} ", ":") if name else ("", "")
+    print(f"  {name}{colon}{' ' if name else ''}{_count(cfg.layers, 'layer')}, dim {cfg.dim}, "
+          f"{_count(cfg.heads, 'head')}, MLP {cfg.hidden}, vocab {cfg.vocab}, "
+          f"{cfg.tokens} tokens")
     model = Model(cfg, s)
     expected = reference(model)
 
     model.pos.update(0)
     model.step(s)  # compile every kernel and give the reductions their scratch
     eager = run_eager(model, s)
-    check(model, s, expected, "eager")
+    check(model, s, expected, f"{lead}eager")
     replay, graph = run_graph(model, s)
-    check(model, s, expected, "graph")
+    check(model, s, expected, f"{lead}graph")
 
     token, last = end_token(expected)
-    whole, generated = run_to_end_token(model, s, token)
+    whole, generated, unroll = run_to_end_token(model, s, token)
     assert generated == last + 1, f"the one-launch decode stopped after {generated} tokens"
-    check(model, s, expected, "one launch", generated)
+    check(model, s, expected, f"{lead}one launch", generated)
 
-    per_token = 1e3 / cfg.tokens
-    print(f"  graph: {graph.num_nodes} nodes per token, captured once, replayed "
+    scale, unit, form = (1e3, "ms", "8.3f") if not name else (1e6, "us", "8.2f")
+    per_token = scale / cfg.tokens
+    print(f"  {lead}graph: {graph.num_nodes} nodes per token, captured once, replayed "
           f"{cfg.tokens} times")
-    print(f"  eager : {eager * per_token:8.3f} ms per token")
-    print(f"  graph : {replay * per_token:8.3f} ms per token")
-    print(f"  speed-up {eager / replay:.1f}x; logits match the NumPy reference for every token")
-    print(f"  one launch: {whole * 1e3 / generated:8.3f} ms per token (the whole decode, "
-          f"{generated} tokens, to the end token {token})")
-    print(f"  one launch speed-up {replay * generated / (whole * cfg.tokens):.1f}x over the "
-          "graph per token; its logits match the reference up to the end token")
+    print(f"  {lead}eager : {eager * per_token:{form}} {unit} per token")
+    print(f"  {lead}graph : {replay * per_token:{form}} {unit} per token")
+    print(f"  {lead}speed-up{colon} {eager / replay:.1f}x; logits match the NumPy reference "
+          "for every token")
+    steps = _count(unroll, "step")
+    print(f"  {lead}one launch: {whole * scale / generated:{form}} {unit} per token (the whole "
+          f"decode, {generated} tokens, to the end token {token}; {steps} per iteration of "
+          "the while node)")
+    print(f"  {lead}one launch speed-up{colon} "
+          f"{replay * generated / (whole * cfg.tokens):.1f}x over the graph per token; its "
+          "logits match the reference up to the end token")
+
+
+def main() -> None:
+    where = "GPU (CUDA driver)" if ON_GPU else "Numba's CUDA simulator (no GPU found)"
+    print(f"numbagraph decode loop on {where}")
+    s = cuda.stream()
+    run_size(CONFIG, s)
+    run_size(SMALL, s, "small")
     if not ON_GPU:
         print("  (simulator timings measure Python, not a GPU)")
 

@@ -9,7 +9,11 @@ t_end, each checked against NumPy:
   graph/step  a graph of one pass, launched from the host per pass after
               the step counter is updated (the usual replay loop)
   one launch  ng.repeat loops the pass on the GPU, advancing a step counter
-              on the device until it reaches the last step
+              on the device until it reaches the last step; each iteration
+              of its while node runs UNROLL passes (a while iteration costs
+              the GPU a few microseconds of its own, more than a pass of two
+              small kernels), the passes past the last step skipped on the
+              device, so the state still ends exactly at step STEPS
 
 Run: python examples/heat_to_t_end.py   (no GPU: runs on Numba's simulator)
 """
@@ -25,9 +29,13 @@ ON_GPU = ng.backend() == "cuda"
 
 # The simulator runs one Python thread per GPU thread: keep it tiny there.
 CELLS = 1 << 16 if ON_GPU else 64
-STEPS = 2000 if ON_GPU else 8          # even: a pass takes two
+STEPS = 2000 if ON_GPU else 10         # even: a pass takes two
 R = np.float32(0.25)                   # alpha dt / dx^2, stable below 0.5
 THREADS = 256 if ON_GPU else 32
+# Passes per iteration of the one-launch loop's while node: 2000 steps are
+# 1000 passes, 100 iterations of 10. The simulator's 5 passes make one full
+# iteration of 4 and one of a single pass, the other 3 skipped.
+UNROLL = 10 if ON_GPU else 4
 
 
 @cuda.jit
@@ -105,8 +113,10 @@ def main() -> None:
     check("graph per pass")
 
     with ng.capture(s) as cap:
-        with ng.repeat(step, until=STEPS, by=2):
+        @ng.repeat(step, until=STEPS, by=2, unroll=UNROLL)
+        def loop(loop):
             one_pass()
+    assert loop.unroll == UNROLL, f"{loop.unroll} passes per iteration recorded"
     whole = cap.graph
     whole.upload()
     restart()
@@ -120,7 +130,8 @@ def main() -> None:
     per_step = 1e6 / STEPS
     print(f"  eager      : {eager * per_step:9.2f} us per step")
     print(f"  graph/step : {replay * per_step:9.2f} us per step")
-    print(f"  one launch : {once * per_step:9.2f} us per step")
+    print(f"  one launch : {once * per_step:9.2f} us per step "
+          f"({loop.unroll} passes of two steps per iteration of the while node)")
     print(f"  one launch speed-up {replay / once:.1f}x over the graph per pass, "
           f"{eager / once:.1f}x over eager; all three match NumPy at t_end")
     if not ON_GPU:
