@@ -12,6 +12,7 @@ a "global" one, before anything is allocated.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, NamedTuple
 
@@ -20,7 +21,7 @@ from numba import cuda
 
 from . import _registry
 from .backend import active as _backend
-from .errors import GraphMemoryError, OpError
+from .errors import GraphMemoryError, NumbagraphError, OpError
 from .safety import (
     graph_allocate, graph_allocation_session, graph_free_handle, guard_allocation,
     guard_legacy_work,
@@ -32,11 +33,48 @@ __all__ = ["empty", "zeros", "empty_like", "zeros_like", "free", "graph_memory_i
 Shape = int | tuple[int, ...]
 
 
+# More bytes than any device holds: refused before the driver is asked.
+_MAX_BYTES = 1 << 48
+
+
+def _whole(d: Any) -> bool:
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def _shape(shape: Shape) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-        raise OpError(f"shape {shape!r} must be non-negative integers")
+    if _whole(shape):
+        shape = (shape,)
+    elif isinstance(shape, (tuple, list)):
+        shape = tuple(shape)
+    else:
+        raise OpError(
+            f"shape {shape!r} is a {type(shape).__name__}: give an int or a tuple of "
+            "ints, such as 1024 or (4, 1024)")
+    if any(not _whole(d) or d < 0 for d in shape):
+        raise OpError(
+            f"shape {shape!r} must be non-negative integers, such as (4, 1024)")
     return tuple(int(d) for d in shape)
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= _MAX_BYTES:
+        raise OpError(
+            f"{what}: shape {shape} of {dtype.name} is {nbytes} bytes, more than any "
+            "device holds; check the shape")
+    return nbytes
+
+
+def _device_array(shape: tuple[int, ...], dtype: np.dtype, stream: Any, what: str) -> Any:
+    nbytes = _nbytes(shape, dtype, what)
+    try:
+        return cuda.device_array(shape, dtype, stream=stream)
+    except NumbagraphError:
+        raise
+    except Exception as exc:
+        raise OpError(
+            f"{what}: could not allocate {nbytes} bytes ({shape} of {dtype.name}) on the "
+            f"device: {exc}. Free arrays no longer needed, or make it smaller") from exc
 
 
 def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
@@ -87,9 +125,10 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     handle = _backend.stream_handle(stream)
     session = graph_allocation_session(handle, "ng.empty()")
     if session is not None:
+        _nbytes(shape, dtype, "ng.empty()")
         return graph_allocate(session, shape, dtype, stream, "ng.empty()")
     guard_allocation("ng.empty()", handle)
-    return cuda.device_array(shape, dtype, stream=stream)
+    return _device_array(shape, dtype, stream, "ng.empty()")
 
 
 def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
@@ -134,6 +173,7 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     shape, dtype, handle = _shape(shape), np.dtype(dtype), _backend.stream_handle(stream)
     session = graph_allocation_session(handle, "ng.zeros()")
     if session is not None:
+        _nbytes(shape, dtype, "ng.zeros()")
         array = graph_allocate(session, shape, dtype, stream, "ng.zeros()")
         # On the stream that allocated it (a stream forked into the capture
         # allocates on its own), or the capture's own when none is named.
@@ -149,7 +189,7 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
         )
     guard_legacy_work(handle, "ng.zeros() filling on the legacy default stream",
                       "pass stream= a stream from cuda.stream()")
-    array = cuda.device_array(shape, dtype, stream=stream)
+    array = _device_array(shape, dtype, stream, "ng.zeros()")
     _backend.memset_zero(array, handle)
     return array
 

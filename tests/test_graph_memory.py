@@ -446,3 +446,21 @@ def test_device_array_like_keeps_a_fortran_layout_and_bad_shapes_are_refused(str
         fill[2, 32, stream](out, 0.0)
     assert made.strides == cuda.device_array_like(like, stream=stream).strides
     assert cap.graph.memory_bytes == 4 * 8 * 4
+
+
+@pytest.mark.parametrize("shape", [1.5, "8", None, (2, 1.5), (True, 4), (-1,)])
+@pytest.mark.parametrize("make", [ng.empty, ng.zeros])
+def test_a_shape_that_is_not_whole_numbers_is_an_op_error_naming_it(make, shape):
+    with pytest.raises(ng.OpError, match="shape"):
+        make(shape, np.float32)
+
+
+@pytest.mark.parametrize("make", [ng.empty, ng.zeros])
+def test_a_shape_larger_than_any_device_is_refused_before_the_driver_is_asked(make, stream):
+    with pytest.raises(ng.OpError, match="more than any device holds"):
+        make((2**62, 4), np.float32, stream=stream)
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.OpError, match="more than any device holds"):
+            make((2**62, 4), np.float32, stream=stream)
+        fill[1, 32, stream](make(N, np.float32, stream=stream), 1.0)
+    cap.graph.launch()          # the capture went on after the refusal
