@@ -71,9 +71,19 @@ def _targets() -> list[Target]:
                STEP, "PyTorch", 1.0),
         Target("replay-loop step run on the GPU by ng.repeat <= 0.5x C++", "loop", STEP,
                DEVICE_LOOP, STEP, "C++", 0.5),
-        Target("decode to the end token in one launch <= 0.8x the graph per token",
-               "apps", "decode_loop", "one launch per token", "decode_loop",
-               "graph per token", 0.8),
+        Target("decode to the end token in one launch, small step, <= 0.8x the graph "
+               "per token", "apps", "decode_loop", "small one launch per token",
+               "decode_loop", "small graph per token", 0.8),
+        Target("decode to the end token in one launch, GPU-bound step, no slower than "
+               "the graph per token", "apps", "decode_loop", "one launch per token",
+               "decode_loop", "graph per token", 1.0),
+        Target("heat to t_end in one launch <= 0.6x the graph per pass", "apps",
+               "heat_to_t_end", "one launch per step", "heat_to_t_end",
+               "graph/step per step", 0.6),
+        Target("Jacobi to convergence in one launch >= 3x faster per iteration than the "
+               "iteration graph", "apps", "jacobi_converge",
+               "one graph launch, while loop per iteration", "jacobi_converge",
+               "host-checked, iteration graph per iteration", 1 / 3),
     ]
     found += [
         Target("eager tiny launch <= 1.5x C++ eager", "eager", EAGER, "numbagraph",
