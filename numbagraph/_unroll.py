@@ -30,7 +30,7 @@ from numba import cuda
 
 from . import _registry
 from .backend import active as _backend
-from .conditional import set_condition
+from .conditional import _blocks_for, set_condition
 
 __all__ = ["MAX_UNROLL", "PassRecording", "guard_for", "recording_passes"]
 
@@ -195,7 +195,8 @@ class PassRecording:
     """One pass of an unrolled loop being recorded: which pass, the loop's
     state and counter slots, and the launches counted so far."""
 
-    __slots__ = ("session", "index", "state", "slots", "counter", "launches", "guarded")
+    __slots__ = ("session", "index", "state", "slots", "counter", "launches", "guarded",
+                 "blocks", "depth")
 
     def __init__(self, session: Any, state: Any, slots: Any, counter: Any):
         self.session = session
@@ -203,11 +204,16 @@ class PassRecording:
         self.index = 1
         self.launches = 0
         self.guarded = False
+        # The conditional blocks open as the pass records (the loop's own
+        # innermost): a launch inside a block the pass opens is that block's
+        # work, which the block's node stands for in the pass.
+        self.blocks = _blocks_for(session).stack
+        self.depth = len(self.blocks)
 
     def swap(self, kernel: Any, args: tuple) -> tuple | None:
         """The kernel and arguments a launch in this pass records instead,
         or None to record it as it is."""
-        if kernel in _guard_kernels:
+        if kernel in _guard_kernels or len(self.blocks) != self.depth:
             return None
         self.launches += 1
         if not self.guarded:
@@ -244,15 +250,21 @@ class recording_passes:
 
     def __init__(self, recording: PassRecording):
         self.recording = recording
+        # The pass of an enclosing loop this one records inside, if any.
+        self.outer: PassRecording | None = None
 
     def __enter__(self) -> PassRecording:
         with _passes_lock:
+            self.outer = _passes.get(self.recording.session)
             _passes[self.recording.session] = self.recording
             _backend.set_launch_guard(_hook)
         return self.recording
 
     def __exit__(self, *exc_info: Any) -> None:
         with _passes_lock:
-            _passes.pop(self.recording.session, None)
+            if self.outer is not None:
+                _passes[self.recording.session] = self.outer
+            else:
+                _passes.pop(self.recording.session, None)
             if not _passes:
                 _backend.set_launch_guard(None)
