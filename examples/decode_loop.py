@@ -275,6 +275,24 @@ def run_graph(model: Model, s) -> tuple[float, ng.CapturedGraph]:
     return time.perf_counter() - start, graph
 
 
+def run_graph_to_end_token(model: Model, s, graph: ng.CapturedGraph,
+                           token: int) -> tuple[float, int]:
+    """The decode to the end token as a host loop would run it: the graph per
+    token, and the picked token read back after each to decide whether to
+    go on. Returns the time and the tokens generated."""
+    model.reset(s)
+    s.synchronize()
+    start = time.perf_counter()
+    generated = 0
+    for t in range(model.cfg.tokens):
+        model.pos.update(t)
+        graph.launch()
+        generated += 1
+        if model.best.value == token:  # waits for the token
+            break
+    return time.perf_counter() - start, generated
+
+
 def end_token(expected: np.ndarray) -> tuple[int, int]:
     """``(token, t)``: a token the reference picks clearly at position ``t``
     in the second half of the decode and at no position before, so that a
@@ -336,6 +354,9 @@ def run_size(cfg: Config, s, name: str = "") -> None:
     check(model, s, expected, f"{lead}graph")
 
     token, last = end_token(expected)
+    checked, checked_tokens = run_graph_to_end_token(model, s, graph, token)
+    assert checked_tokens == last + 1, f"the host-checked decode stopped after {checked_tokens}"
+    check(model, s, expected, f"{lead}graph, host-checked", checked_tokens)
     whole, generated, unroll = run_to_end_token(model, s, token)
     assert generated == last + 1, f"the one-launch decode stopped after {generated} tokens"
     check(model, s, expected, f"{lead}one launch", generated)
@@ -348,13 +369,16 @@ def run_size(cfg: Config, s, name: str = "") -> None:
     print(f"  {lead}graph : {replay * per_token:{form}} {unit} per token")
     print(f"  {lead}speed-up{colon} {eager / replay:.1f}x; logits match the NumPy reference "
           "for every token")
+    print(f"  {lead}graph, host-checked: {checked * scale / checked_tokens:{form}} {unit} "
+          f"per token (the decode to the end token, the token read back after each)")
     steps = _count(unroll, "step")
     print(f"  {lead}one launch: {whole * scale / generated:{form}} {unit} per token (the whole "
           f"decode, {generated} tokens, to the end token {token}; {steps} per iteration of "
           "the while node)")
     print(f"  {lead}one launch speed-up{colon} "
-          f"{replay * generated / (whole * cfg.tokens):.1f}x over the graph per token; its "
-          "logits match the reference up to the end token")
+          f"{replay * generated / (whole * cfg.tokens):.1f}x over the graph per token, "
+          f"{checked / whole:.1f}x over the host-checked graph; its logits match the "
+          "reference up to the end token")
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ THREADS = 256 if ON_GPU else 32
 # Passes per iteration of the one-launch loop's while node: 2000 steps are
 # 1000 passes, 100 iterations of 10. The simulator's 5 passes make one full
 # iteration of 4 and one of a single pass, the other 3 skipped.
-UNROLL = 10 if ON_GPU else 4
+UNROLL = "auto" if ON_GPU else 4
 
 
 @cuda.jit
@@ -116,7 +116,7 @@ def main() -> None:
         @ng.repeat(step, until=STEPS, by=2, unroll=UNROLL)
         def loop(loop):
             one_pass()
-    assert loop.unroll == UNROLL, f"{loop.unroll} passes per iteration recorded"
+    assert loop.unroll > 1, f"{loop.unroll} passes per iteration recorded"
     whole = cap.graph
     whole.upload()
     restart()

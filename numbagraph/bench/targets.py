@@ -72,8 +72,9 @@ def _targets() -> list[Target]:
         Target("replay-loop step run on the GPU by ng.repeat <= 0.5x C++", "loop", STEP,
                DEVICE_LOOP, STEP, "C++", 0.5),
         Target("decode to the end token in one launch, small step, <= 0.8x the graph "
-               "per token", "apps", "decode_loop", "small one launch per token",
-               "decode_loop", "small graph per token", 0.8),
+               "per token checked by the host", "apps", "decode_loop",
+               "small one launch per token", "decode_loop",
+               "small graph, host-checked per token", 0.8),
         Target("decode to the end token in one launch, GPU-bound step, no slower than "
                "the graph per token", "apps", "decode_loop", "one launch per token",
                "decode_loop", "graph per token", 1.0),
