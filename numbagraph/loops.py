@@ -424,8 +424,9 @@ def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None
         those of one pass per iteration: a counted loop runs exactly its
         passes, and no pass after one that stops the loop changes anything.
         Above 1, a pass launches kernels only (``"auto"`` records a pass
-        holding other work once per iteration) and no kernel writes
-        ``counter``. A ``with`` block records one pass per iteration.
+        holding other work once per iteration), no kernel writes
+        ``counter`` or ``until``, and ``until`` is read as each iteration
+        of the while node begins. A ``with`` block records one pass per iteration.
 
     Returns
     -------
