@@ -33,10 +33,20 @@ class _Resources:
     graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
-                 "device")
+                 "device", "lock", "source")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
+        # Held while the graph launches, is rebound, updated, described or
+        # closed: CUDA does not lock an executable graph against calls made
+        # at once from several threads, and a call that met an executable
+        # destroyed under it would crash the process (issue 33).
+        self.lock = threading.Lock()
+        # The resources of the graph whose definition the executable runs
+        # the parameters of since an update from it (None: its own), kept
+        # while it does: a rebinding, a description or an update from this
+        # graph reads that definition, under that graph's lock too.
+        self.source: _Resources | None = None
         # The ordinal of the graph's device, on which its memory is freed.
         self.device = device
         self.keepalive = keepalive
@@ -62,6 +72,7 @@ class _Resources:
 
     def release(self) -> None:
         executable, self.executable = self.executable, None
+        self.source = None
         keepalive, self.keepalive = self.arrays(), []
         self.spans = None
         memory, owned = self.memory, []
@@ -135,6 +146,38 @@ class _ClosedLaunchers(dict):
         )
 
 
+class _Held:
+    """The locks of some graphs' resources and of their sources, held for a
+    block: taken in one order (by id), so that threads taking several never
+    wait on one another in a cycle. A source changes only under its graph's
+    lock; one that changed while the locks were taken is taken again."""
+
+    __slots__ = ("_graphs", "_locks")
+
+    def __init__(self, *graphs: _Resources):
+        self._graphs = graphs
+        self._locks: list = []
+
+    def __enter__(self) -> None:
+        graphs = self._graphs
+        while True:
+            sources = [res.source for res in graphs]
+            wanted = {id(res): res.lock for res in (*graphs, *sources) if res is not None}
+            locks = [wanted[key] for key in sorted(wanted)]
+            for lock in locks:
+                lock.acquire()
+            if all(res.source is source for res, source in zip(graphs, sources)):
+                self._locks = locks
+                return
+            for lock in reversed(locks):
+                lock.release()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        locks, self._locks = self._locks, []
+        for lock in reversed(locks):
+            lock.release()
+
+
 class CapturedGraph:
     """An instantiated CUDA graph recorded by
     [capture][numbagraph.capture.capture] or
@@ -147,6 +190,11 @@ class CapturedGraph:
     frees the graph at once; dropping the last reference does the same later.
     While any capture is in progress the freeing waits for the last one to
     end, because destroying a graph or freeing memory can break a capture.
+
+    A graph may be shared by threads: its launches, rebindings, updates,
+    descriptions and ``close()`` take turns (each holds the graph's lock),
+    and a call that comes after another thread's ``close()`` raises
+    GraphClosedError.
 
     Examples
     --------
@@ -163,6 +211,7 @@ class CapturedGraph:
     def __init__(self, executable: Any, stream: Any, handle: int, keepalive: list,
                  memory: Any = None, device: int = 0):
         self._res = _Resources(executable, keepalive, memory, device)
+        self._lock = self._res.lock
         self._stream = stream
         self._handle = handle
         self._device = device
@@ -297,22 +346,37 @@ class CapturedGraph:
         if _captures:
             session = _registry.on(handle)
             if session is not None:
-                self._embed(session, handle)
+                with _Held(self._res):
+                    self._embed(session, handle)
                 return
             guard_graph_launch(handle, "graph.launch()")
-        launch = self._launchers.get(handle)
-        if launch is None:
-            if handle != self._handle:
-                self._check_device(stream, handle, "graph.launch()")
-                self._warn_if_scalars_unordered(stream)
-            launch = self._instantiated().launcher(handle)
-            memory = self._res.memory
-            if memory is not None:
-                launch = _counting(launch, memory, handle,
-                                   self._stream if stream is None else stream)
-            self._launchers[handle] = launch
-            self._res.launched.add(handle)
-        launch()
+        # CUDA requires the calls on one executable to take turns. Under the
+        # lock a closed graph's launchers refuse: close() swaps them under it
+        # before the executable goes. (acquire/release: half the cost of `with`.)
+        lock = self._lock
+        lock.acquire()
+        try:
+            launch = self._launchers.get(handle)
+            if launch is None:
+                launch = self._launcher(stream, handle)
+            launch()
+        finally:
+            lock.release()
+
+    def _launcher(self, stream: Any, handle: int) -> Any:
+        """The call that launches the graph on ``handle``, made at its first
+        launch there; the graph's lock is held."""
+        if handle != self._handle:
+            self._check_device(stream, handle, "graph.launch()")
+            self._warn_if_scalars_unordered(stream)
+        launch = self._instantiated().launcher(handle)
+        memory = self._res.memory
+        if memory is not None:
+            launch = _counting(launch, memory, handle,
+                               self._stream if stream is None else stream)
+        self._launchers[handle] = launch
+        self._res.launched.add(handle)
+        return launch
 
     def _refuse_other_device(self, session: Any, what: str) -> None:
         """Refuse ``what``, which records the graph into the capture
@@ -418,7 +482,8 @@ class CapturedGraph:
         if _captures:
             guard_graph_launch(handle, "graph.upload()")
         self._check_device(stream, handle, "graph.upload()")
-        self._instantiated().upload(handle)
+        with self._lock:
+            self._instantiated().upload(handle)
 
     def update(self, other: "CapturedGraph") -> None:
         """Take the kernel arguments and scalars of ``other``, a graph of the
@@ -471,6 +536,11 @@ class CapturedGraph:
                 "updated from another graph, or be the source of an update: each "
                 "graph's memory is its own, at addresses the other's nodes do not "
                 "hold. Capture a new graph, or rebind() the arrays made outside it")
+        with _Held(self._res, other._res):
+            self._update(other)
+
+    def _update(self, other: "CapturedGraph") -> None:
+        """``update``, checked; both graphs' locks are held."""
         executable, source = self._instantiated(), other._executable()
         try:
             executable.update(source)
@@ -492,6 +562,10 @@ class CapturedGraph:
             entry.copy() if entry.align else entry for entry in other._res.fixed]
         self._res.spans = None if other._res.spans is None else [
             list(entry) for entry in other._res.spans]
+        # The executable runs the parameters of other's definition, or of the
+        # one other runs (the backend's choice too), until updated again.
+        runs = other._res.source or other._res
+        self._res.source = None if runs is self._res else runs
         self._res.drop(superseded)
 
     def rebind(self, mapping: Any) -> None:
@@ -506,10 +580,9 @@ class CapturedGraph:
         bodies alike. The graph then keeps the new arrays alive and drops
         the old ones. Launches already enqueued run with the arrays they
         were launched with (CUDA's rule); launches from now on use the new
-        ones. CUDA does not lock an executable graph against a rebinding,
-        update or launch made at once from another thread: a graph shared
-        by threads needs the caller's lock (graphed functions take one per
-        stream).
+        ones. A rebinding and another thread's launch, rebinding, update or
+        ``close()`` of the graph take turns; one that comes after the graph
+        was closed raises GraphClosedError before anything changes.
 
         Parameters
         ----------
@@ -529,7 +602,8 @@ class CapturedGraph:
             where numbagraph cannot move it. Checked before anything changes:
             the graph is left as it was.
         GraphClosedError
-            The graph was closed.
+            The graph was closed (by this thread, or by another one before
+            the rebinding took its turn); nothing changed.
         CaptureStateError
             Called while the calling thread captures: a rebinding is not
             recorded, and takes effect at once.
@@ -572,6 +646,13 @@ class CapturedGraph:
         if not moves:
             self._executable()
             return
+        with _Held(self._res):
+            self._make_moves(pairs, moves, strict)
+
+    def _make_moves(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool) -> None:
+        """``_move`` once the graph's lock is held: a graph closed meanwhile
+        raises GraphClosedError here, before the driver is asked anything."""
+        self._executable()
         if _backend.device_count() > 1:
             self._refuse_other_device_arrays(pairs, moves)
         res = self._res
@@ -633,10 +714,14 @@ class CapturedGraph:
         """Free the graph now (or, during a capture, once no capture is
         active). Launching it afterwards raises GraphClosedError.
 
-        Closing a closed graph does nothing; ``close`` raises nothing.
+        Closing a closed graph does nothing; ``close`` raises nothing. It
+        waits for a launch, rebinding or update of the graph that another
+        thread is making; whatever that thread does next with the graph
+        raises GraphClosedError.
         """
-        self._launchers = _ClosedLaunchers()
-        self._res.release()
+        with self._lock:
+            self._launchers = _ClosedLaunchers()
+            self._res.release()
 
     @property
     def closed(self) -> bool:
@@ -671,7 +756,8 @@ class CapturedGraph:
         GraphClosedError
             The graph was closed.
         """
-        return self._executable().num_nodes
+        with self._lock:
+            return self._executable().num_nodes
 
     @property
     def nodes(self) -> tuple[_nodes.Node, ...]:
@@ -701,15 +787,16 @@ class CapturedGraph:
         kernels = [n.name for n in graph.nodes if n.kind == "kernel"]
         ```
         """
-        executable = self._executable()
-        found = self._nodes
-        if found is None:
-            res = self._res
-            launches = res.launches
-            if launches is None:
-                launches = _nodes.launches_of(res.keepalive)
-            found = self._nodes = _nodes.build(executable, launches)
-        return found
+        with _Held(self._res):
+            executable = self._executable()
+            found = self._nodes
+            if found is None:
+                res = self._res
+                launches = res.launches
+                if launches is None:
+                    launches = _nodes.launches_of(res.keepalive)
+                found = self._nodes = _nodes.build(executable, launches)
+            return found
 
     def summary(self) -> str:
         """A table of the graph's [nodes][numbagraph.CapturedGraph.nodes]:
@@ -801,6 +888,7 @@ class CapturedGraph:
         self.close()
 
     def __repr__(self) -> str:
-        if self.closed:
+        try:
+            return f"<CapturedGraph {self.num_nodes} nodes on {self._stream!r}>"
+        except GraphClosedError:
             return "<CapturedGraph closed>"
-        return f"<CapturedGraph {self.num_nodes} nodes on {self._stream!r}>"

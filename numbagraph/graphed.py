@@ -109,6 +109,10 @@ class _Cache:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every graph, signature and count (the lock stays)."""
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self.warm: dict[tuple, int] = {}
         # The latest calls whose signatures were worked out, latest first.
@@ -545,14 +549,21 @@ class GraphedFunction:
     def clear(self) -> None:
         """Close every graph and forget every signature and count."""
         with self._lock:
-            caches, self._caches = list(self._caches.values()), {}
+            caches = list(self._caches.items())
+            # A cache another thread holds stays in place, emptied under its
+            # lock: that thread's call captures into it, not into one no
+            # later clear() would find. The caches of the per-thread default
+            # stream of threads that ended go.
+            for key, _ in caches:
+                thread = key[1] if isinstance(key, tuple) else None
+                if isinstance(thread, threading.Thread) and not thread.is_alive():
+                    del self._caches[key]
             self._warned.clear()
-        for cache in caches:
+        for _, cache in caches:
             with cache.lock:
                 for entry in cache.entries.values():
                     _close(entry, f"the graph of {self._name}() that clear() closed")
-                cache.entries.clear()
-                cache.last_entry = cache.last_values = None
+                cache.reset()
 
     def __repr__(self) -> str:
         info = self.cache_info()

@@ -12,6 +12,7 @@ path), so capture rules and graph memory rules hold for records too.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import _registry
@@ -29,7 +30,7 @@ class LaunchRecord:
     [launch_record][numbagraph.launch_record]."""
 
     __slots__ = ("_kernel", "_grid", "_block", "_stream", "_shared", "_handle", "_args",
-                 "_types", "_wrapped", "_fast", "_configured")
+                 "_types", "_wrapped", "_fast", "_configured", "_lock")
 
     def __init__(self, kernel: Any, griddim: Any, blockdim: Any, stream: Any,
                  args: tuple, sharedmem: int):
@@ -49,13 +50,18 @@ class LaunchRecord:
         self._configured = kernel[griddim, blockdim, stream, sharedmem]
         self._grid = getattr(self._configured, "griddim", griddim)
         self._block = getattr(self._configured, "blockdim", blockdim)
-        self._args = tuple(args)
-        self._prepare()
+        # Held while set_arg replaces the arguments: threads setting
+        # arguments of one record take turns, and none is lost.
+        self._lock = threading.Lock()
+        self._prepare(tuple(args))
 
-    def _prepare(self) -> None:
-        self._wrapped = any(type(a) in _registry.device_wrappers for a in self._args)
-        self._fast = None if self._wrapped else _backend.prepared_launch(
-            self._kernel, self._grid, self._block, self._shared, self._handle, self._args)
+    def _prepare(self, args: tuple) -> None:
+        """Take ``args`` as the arguments, with their packing made once."""
+        wrapped = any(type(a) in _registry.device_wrappers for a in args)
+        fast = None if wrapped else _backend.prepared_launch(
+            self._kernel, self._grid, self._block, self._shared, self._handle, args)
+        # A launch reads _fast, or _args where there is none: each is whole.
+        self._wrapped, self._fast, self._args = wrapped, fast, args
 
     @property
     def args(self) -> tuple:
@@ -110,10 +116,10 @@ class LaunchRecord:
                 f"{type(value).__name__} given is {given or 'of no type numba passes'}; pass a "
                 "value of the same type (an array of the same dtype, rank and layout), "
                 "or make a new record for other types")
-        args = list(self._args)
-        args[index] = value
-        self._args = tuple(args)
-        self._prepare()
+        with self._lock:
+            args = list(self._args)
+            args[index] = value
+            self._prepare(tuple(args))
 
     def __repr__(self) -> str:
         name = getattr(getattr(self._kernel, "py_func", None), "__name__", "kernel")

@@ -22,8 +22,8 @@ from numbagraph.soak.refusals import Env, Kind, Rounds
 from numbagraph.soak.threads import documented_global_refusal
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-NAMES = ["cycles", "replays", *(f"threads/{m}" for m in ng.CAPTURE_MODES), "refusals",
-         "conditionals", "rebinds"]
+NAMES = ["cycles", "replays", *(f"threads/{m}" for m in ng.CAPTURE_MODES), "threads/shared",
+         "refusals", "conditionals", "rebinds"]
 
 
 @pytest.fixture(scope="module")

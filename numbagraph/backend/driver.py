@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -531,7 +532,7 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     (docs/benchmarks). 8-byte scalars are copied from a pageable buffer, one
     call where a memset would take two; the driver has consumed the buffer
     when the call returns, so back-to-back updates never overwrite one
-    another.
+    another, and threads take turns at the buffer.
     """
     dtype = np.dtype(dtype)
     dst = cu.CUdeviceptr(dev.device_ctypes_pointer.value)
@@ -574,14 +575,21 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
     buf = np.zeros(1, dtype)
     src, nbytes = buf.ctypes.data, buf.nbytes
     copy = cu.cuMemcpyHtoDAsync
+    # The buffer is the scalar's: threads updating one scalar take turns, so
+    # that none writes it while the driver reads another's value from it.
+    lock = threading.Lock()
 
     def store(value: Any) -> None:
-        buf[0] = value
-        err, = copy(dst, src, nbytes, stream)
-        if err:
-            err = _again_in(ctx, err, copy, dst, src, nbytes, stream)
+        lock.acquire()
+        try:
+            buf[0] = value
+            err, = copy(dst, src, nbytes, stream)
             if err:
-                raise DriverError("cuMemcpyHtoDAsync", err)
+                err = _again_in(ctx, err, copy, dst, src, nbytes, stream)
+                if err:
+                    raise DriverError("cuMemcpyHtoDAsync", err)
+        finally:
+            lock.release()
 
     return store
 

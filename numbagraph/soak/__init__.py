@@ -7,7 +7,8 @@ takes seconds). Workloads, in the order they run:
 * ``cycles``        capture / instantiate / launch / close, over and over
 * ``replays``       one 10-node graph replayed with DeviceScalar updates
 * ``threads``       8 threads capturing and replaying on their own streams,
-                    once per capture mode
+                    once per capture mode; then 8 threads sharing one graphed
+                    function and one graph, which one of them closes
 * ``refusals``      every documented kind of refused operation, in turn
 * ``conditionals``  while-loop graphs made, launched, checked and closed
 
@@ -34,8 +35,8 @@ WORKLOADS: dict[str, Callable[[Plan], list[Result]]] = {
     "conditionals": workloads.conditionals,
     "rebinds": workloads.rebinds,
 }
-"""Each workload by name: ``workload(plan)`` returns one Result, or one per
-capture mode for ``threads``."""
+"""Each workload by name: ``workload(plan)`` returns one Result, or for
+``threads`` one per capture mode and one for the ``shared`` case."""
 
 
 def run(names: list[str], plan: Plan,

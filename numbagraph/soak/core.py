@@ -30,6 +30,9 @@ class Plan:
     threads: int               # threads of the threads workload, per mode
     thread_seconds: float      # how long they capture and replay, per mode
     thread_warmup_seconds: float
+    shared_rounds: int         # rounds of threads sharing one graphed function and one graph
+    shared_warmup: int
+    shared_calls: int          # calls of each per thread per round
     refusals: int              # refused operations, the kinds taken in turn
     conditionals: int          # while-loop graphs made, launched and closed
     conditional_warmup: int
@@ -44,11 +47,13 @@ class Plan:
             return cls(quick=True, width=1, cycles=2_000, cycle_warmup=200,
                        replays=500, replay_nodes=10, replay_warmup=20,
                        threads=8, thread_seconds=1.5, thread_warmup_seconds=0.3,
+                       shared_rounds=6, shared_warmup=2, shared_calls=12,
                        refusals=340, conditionals=100, conditional_warmup=5,
                        rebinds=500, rebind_warmup=50)
         return cls(quick=False, width=32, cycles=20_000, cycle_warmup=1_000,
                    replays=1_000_000, replay_nodes=10, replay_warmup=10_000,
                    threads=8, thread_seconds=30.0, thread_warmup_seconds=2.0,
+                   shared_rounds=1_000, shared_warmup=20, shared_calls=50,
                    refusals=1_000, conditionals=2_000, conditional_warmup=50,
                    rebinds=200_000, rebind_warmup=2_000)
 

@@ -20,6 +20,14 @@ such refusals are documented and expected here, counted and retried:
   this thread's capture, which ends at its next launch or at its end.
 
 Any other error, or any refusal outside ``"global"`` mode, fails the run.
+
+The ``shared`` case shares objects instead: threads call one graphed
+function on one stream, each with its own arrays (so that nearly every call
+rebinds its graph), and rebind and launch one graph, which one of them
+closes half-way through each round while the others use it. A call on the
+graph after its close raises ``GraphClosedError``, counted; each thread's
+arrays and the graph's must hold exactly what the calls and launches that
+returned made.
 """
 
 from __future__ import annotations
@@ -37,10 +45,10 @@ import numpy as np
 from numba import cuda
 
 from .core import Plan, Result, mismatch
-from .kernels import bump
+from .kernels import advance, bump
 from .memory import Gauge, device_memory_used
 
-__all__ = ["threads", "documented_global_refusal"]
+__all__ = ["threads", "shared", "documented_global_refusal"]
 
 _REPLAYS_PER_GRAPH = 4
 _CHECK_EVERY = 8         # graphs between two checks of a thread's array
@@ -235,6 +243,153 @@ def _one_mode(plan: Plan, mode: str) -> Result:
     return result
 
 
+class _Sharing:
+    """The objects the threads of the ``shared`` case share, and each
+    thread's arrays and tallies."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.s = s = cuda.stream()
+        w = plan.width
+        self.one = ng.DeviceScalar(1, dtype=np.int64, stream=s)
+        self.two = ng.DeviceScalar(2, dtype=np.int64, stream=s)
+        self.a, self.b = self._zeros(), self._zeros()
+        one = self.one
+
+        def step(src: Any, dst: Any) -> Any:
+            advance[1, w, s](src, dst, one)
+            return dst
+
+        self.step = ng.graphed(step, stream=s)
+        # Made here: simulated kernels running on other threads swap the
+        # kernels' module's `cuda` for the simulator's.
+        self.pairs = [[self._zeros(), self._zeros()] for _ in range(plan.threads)]
+        self.calls = [0] * plan.threads
+        self.launches = [0] * plan.threads
+        self.closed_seen = [0] * plan.threads
+        self.graph: Any = None
+        self.stop = False
+        self.failure: str | None = None
+        self.start = threading.Barrier(plan.threads + 1)
+        self.done = threading.Barrier(plan.threads + 1)
+        bump[1, w, s](self._zeros(), one)       # compiled before any capture
+        s.synchronize()
+
+    def _zeros(self) -> Any:
+        return cuda.to_device(np.zeros(self.plan.width, np.int64), stream=self.s)
+
+    def capture(self) -> None:
+        """The round's graph: ``a += 1; b += 2``, which each thread swaps."""
+        w, s = self.plan.width, self.s
+        with ng.capture(s) as cap:
+            bump[1, w, s](self.a, self.one)
+            bump[1, w, s](self.b, self.two)
+        self.graph = cap.graph
+
+    def run(self, k: int) -> None:
+        try:
+            while True:
+                self.start.wait()
+                if self.stop:
+                    return
+                self._round(k)
+                self.done.wait()
+        except threading.BrokenBarrierError:
+            return
+        except BaseException:  # noqa: BLE001  reported by the main thread
+            last = traceback.format_exc().strip().splitlines()[-1]
+            self.failure = self.failure or f"thread {k}: {last}"
+            self.start.abort()
+            self.done.abort()
+
+    def _round(self, k: int) -> None:
+        graph, a, b = self.graph, self.a, self.b
+        src, dst = self.pairs[k]
+        usable = True
+        for i in range(self.plan.shared_calls):
+            src, dst = self.step(src, dst), src
+            self.calls[k] += 1
+            if k == 0 and i == self.plan.shared_calls // 2:
+                graph.close()
+            if usable:
+                try:
+                    graph.rebind({a: b, b: a})
+                    graph.launch()
+                    self.launches[k] += 1
+                except ng.GraphClosedError:
+                    usable = False
+                    self.closed_seen[k] += 1
+        self.pairs[k] = [src, dst]
+
+    def one_round(self) -> str | None:
+        """Run a round on every thread; what its check found wrong, if anything."""
+        self.capture()
+        self.start.wait()
+        self.done.wait()
+        self.graph = None
+        self.s.synchronize()
+        for k, (latest, _) in enumerate(self.pairs):
+            wrong = mismatch(f"thread {k}'s graphed step", np.full(self.plan.width, self.calls[k]),
+                             latest.copy_to_host(stream=self.s))
+            if wrong:
+                return wrong
+        total = self.a.copy_to_host(stream=self.s) + self.b.copy_to_host(stream=self.s)
+        return mismatch("the shared graph's two arrays, summed",
+                        np.full(self.plan.width, 3 * sum(self.launches)), total)
+
+
+def shared(plan: Plan) -> Result:
+    """Threads sharing one graphed function and one graph, in rounds; the
+    graph closed by one of them half-way through each round."""
+    result = Result("threads/shared", 0, "rounds")
+    sharing = _Sharing(plan)
+    pool = [threading.Thread(target=sharing.run, args=(k,), name=f"soak-shared-{k}")
+            for k in range(plan.threads)]
+    for thread in pool:
+        thread.start()
+    gauge = Gauge(idle=sharing.s.synchronize)
+    every = plan.every(plan.shared_rounds)
+    start = time.monotonic()
+    try:
+        for n in range(-plan.shared_warmup, plan.shared_rounds):
+            if n == 0:
+                gauge.start()
+                start = time.monotonic()
+            wrong = sharing.one_round()
+            if wrong:
+                result.failures.append(wrong)
+                break
+            result.count = max(n + 1, 0)
+            if n >= 0 and (n + 1) % every == 0:
+                gauge.sample()
+    except threading.BrokenBarrierError:
+        pass
+    result.seconds = time.monotonic() - start
+    sharing.stop = True
+    try:
+        sharing.start.wait()
+    except threading.BrokenBarrierError:
+        pass
+    for thread in pool:
+        thread.join()
+    if sharing.failure:
+        result.failures.append(sharing.failure)
+    calls, launches = sum(sharing.calls), sum(sharing.launches)
+    closed = sum(sharing.closed_seen)
+    info = sharing.step.cache_info()
+    result.details = {"threads": plan.threads, "calls": calls, "launches": launches,
+                      "closed_graph_refusals": closed, "cache": info._asdict()}
+    result.note = (f"{calls} graphed calls and {launches} rebound launches of a shared "
+                   f"graph by {plan.threads} threads; {closed} GraphClosedError after its close")
+    if info.captures != 1:
+        result.failures.append(f"the step was captured {info.captures} times, expected once")
+    if not result.failures:
+        result.judge(gauge.growth(result.count), plan.limits)
+    sharing.step.clear()
+    return result
+
+
 def threads(plan: Plan) -> list[Result]:
-    """One run per capture mode in ``ng.CAPTURE_MODES``."""
-    return [_one_mode(plan, mode) for mode in ng.CAPTURE_MODES]
+    """One run per capture mode in ``ng.CAPTURE_MODES``, then the ``shared``
+    case."""
+    return [*(_one_mode(plan, mode) for mode in ng.CAPTURE_MODES), shared(plan)]
