@@ -42,18 +42,19 @@ def _whole(d: Any) -> bool:
 
 
 def _shape(shape: Shape) -> tuple[int, ...]:
+    dims: tuple[Any, ...]
     if _whole(shape):
-        shape = (shape,)
+        dims = (shape,)
     elif isinstance(shape, (tuple, list)):
-        shape = tuple(shape)
+        dims = tuple(shape)
     else:
         raise OpError(
             f"shape {shape!r} is a {type(shape).__name__}: give an int or a tuple of "
             "ints, such as 1024 or (4, 1024)")
-    if any(not _whole(d) or d < 0 for d in shape):
+    if any(not _whole(d) or d < 0 for d in dims):
         raise OpError(
-            f"shape {shape!r} must be non-negative integers, such as (4, 1024)")
-    return tuple(int(d) for d in shape)
+            f"shape {dims!r} must be non-negative integers, such as (4, 1024)")
+    return tuple(int(d) for d in dims)
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:

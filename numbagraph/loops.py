@@ -53,7 +53,7 @@ def _check_unroll(unroll: Any) -> Any:
     if unroll == "auto" and isinstance(unroll, str):
         return unroll
     if isinstance(unroll, bool) or not isinstance(unroll, numbers.Integral) \
-            or not 1 <= unroll <= MAX_UNROLL:
+            or not 1 <= int(unroll) <= MAX_UNROLL:
         raise ValueError(
             f"ng.repeat: unroll={unroll!r} must be 'auto' or a whole number of passes "
             f"per iteration from 1 to {MAX_UNROLL}")
