@@ -13,6 +13,7 @@ step, and ``pos`` says afterwards how far it went.
 from __future__ import annotations
 
 import math
+import threading
 import numbers
 from typing import Any, Callable, Literal
 
@@ -226,6 +227,8 @@ class RepeatLoop:
         self.counter, self.until = counter, until
         self._stream = counter.stream if stream is None else stream
         self.cond: Condition | None = None
+        # Claimed by the first thread to record it: a loop records once.
+        self._claim = threading.Lock()
         self._block: ConditionalBlock | None = None
         # The captured graph each pass starts with (body=), if any; checked
         # before the loop records anything.
@@ -234,10 +237,17 @@ class RepeatLoop:
     def _check_place(self) -> tuple[int, Any]:
         """The capture stream's handle and session, once sure a loop may be
         recorded there; refused before anything is recorded."""
-        if self.cond is not None:
+        if not self._claim.acquire(blocking=False):
             raise ConditionalError(
                 "this ng.repeat loop was recorded already; each records once: call "
                 "ng.repeat(...) again for another loop")
+        try:
+            return self._place()
+        except BaseException:
+            self._claim.release()  # nothing was recorded: the loop may try again
+            raise
+
+    def _place(self) -> tuple[int, Any]:
         s = self._stream
         # A while loop records on the capture's own stream, once every
         # stream forked into it is joined back.
@@ -310,6 +320,7 @@ class RepeatLoop:
             return self
         handle, session = self._check_place()
         if session is None:
+            self._claim.release()
             raise ConditionalError(
                 f"{self._stream!r} is not capturing: ng.repeat records a loop only "
                 "inside `with ng.capture(stream):`")
