@@ -17,7 +17,9 @@ from numbagraph.soak import WORKLOADS, Plan, Result
 from numbagraph.soak import __main__ as cli
 from numbagraph.soak.core import mismatch
 from numbagraph.soak.kernels import mix_reference
-from numbagraph.soak.memory import Growth, Limits, MIB, judge_growth
+from numbagraph.soak import workloads
+from numbagraph.soak.memory import (EACH_SECOND, Growth, Limits, MIB, Sample, assess,
+                                    each_second, judge_growth, judge_series, theil_sen_slope)
 from numbagraph.soak.refusals import Env, Kind, Rounds
 from numbagraph.soak.threads import documented_global_refusal
 
@@ -163,3 +165,198 @@ def test_unknown_workload_is_refused(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--only", "cycles,nope"])
     assert "unknown workload nope" in capsys.readouterr().err
+
+
+# ------------------------------------------------- a plateau is not a leak
+
+KIB = 1024
+SECONDS = [float(t) for t in range(31)]   # the baseline, then a sample each second of 30 s
+
+
+def _device(values, positions=SECONDS, limits=Limits()):
+    return judge_series(positions, values, rise_bound=limits.device,
+                        trend_bound=limits.device_trend, what="device memory", unit="s")
+
+
+def _steps(*at, block=2 * MIB):
+    """Device memory that rises one allocator block at each second in ``at``."""
+    return [block * sum(t >= s for s in at) for t in SECONDS]
+
+
+def test_theil_sen_slope_ignores_a_step_and_an_outlier():
+    xs = list(range(10))
+    assert theil_sen_slope(xs, [3 * x + 1 for x in xs]) == 3
+    assert theil_sen_slope(xs, [0] * 9 + [10**9]) == 0
+    assert theil_sen_slope(xs, [0, 0, 5, 5, 5, 5, 5, 5, 5, 5]) == 0
+    assert theil_sen_slope([1, 1], [0, 5]) is None
+
+
+def test_a_plateau_passes():
+    trend = _device([0] * 31)
+    assert trend.passed and trend.slope == 0 and trend.first == 15
+
+
+def test_a_staircase_that_ends_flat_passes():
+    # Pools filling as the work starts: three blocks by 14 s, flat after.
+    trend = _device(_steps(3, 8, 14))
+    assert trend.passed, trend.failures
+    assert trend.slope == 0 and trend.rise == 0
+    assert sum(trend.values) and trend.values[-1] == 6 * MIB
+
+
+@pytest.mark.parametrize("at", [16, 27])
+def test_one_block_after_the_warm_up_that_stays_passes(at):
+    trend = _device(_steps(4, 10, at))
+    assert trend.passed, trend.failures
+    assert trend.slope == 0 and trend.rise == 2 * MIB
+
+
+def test_a_small_steady_leak_fails():
+    # 64 KiB a second: under one block in the whole run.
+    trend = _device([64 * KIB * t for t in SECONDS])
+    assert trend.slope == 64 * KIB and trend.projected == 64 * KIB * 30
+    assert len(trend.failures) == 1
+    why = trend.failures[0]
+    assert why.startswith("device memory keeps growing after warm-up: +64.0 KiB/s")
+    assert "samples 15-30 of 0-30 (15.0-30.0 s)" in why and "bound 1.00 MiB" in why
+
+
+def test_a_leak_counted_in_allocator_blocks_fails():
+    # 256 KiB a second, seen as one 2 MiB block every 8 s.
+    trend = _device([2 * MIB * int(256 * KIB * t // (2 * MIB)) for t in SECONDS])
+    assert not trend.passed and trend.slope > 0
+
+
+def test_a_leak_that_starts_after_the_warm_up_fails():
+    values = [2 * MIB if t >= 3 else 0 for t in SECONDS]           # a plateau first,
+    values = [v + max(0.0, t - 12) * 64 * KIB for v, t in zip(values, SECONDS)]  # then a leak
+    trend = _device(values)
+    assert not trend.passed and "keeps growing" in trend.failures[0]
+
+
+def test_a_jump_at_the_end_fails_by_its_rise():
+    trend = _device([0] * 30 + [64 * MIB])
+    assert trend.slope == 0
+    assert trend.failures == ("device memory rose +64.00 MiB after warm-up, over samples "
+                              "15-30 of 0-30 (15.0-30.0 s) (bound 2.00 MiB)",)
+
+
+def test_noisy_flat_passes_and_noisy_leak_fails():
+    rng = np.random.default_rng(7)
+    noise = rng.integers(-256, 257, size=len(SECONDS)) * KIB
+    limits = Limits()
+
+    def host(values):
+        return judge_series(SECONDS, values, rise_bound=limits.host,
+                            trend_bound=limits.host_trend, what="host memory", unit="s")
+
+    assert host(list(noise)).passed
+    leaking = host([n + 128 * KIB * t for n, t in zip(noise, SECONDS)])
+    assert [why.split(":")[0] for why in leaking.failures] == [
+        "host memory keeps growing after warm-up"]
+
+
+def test_too_few_samples_judge_the_whole_growth():
+    trend = judge_series([0, 100], [0, 3 * MIB], rise_bound=2 * MIB, trend_bound=MIB,
+                         what="device memory", unit="cycle")
+    assert trend.slope is None and trend.first == 0
+    assert trend.failures == ("device memory grew 3.00 MiB (bound 2 MiB)",)
+
+
+def test_samples_of_units_of_work_are_judged_per_unit():
+    # One object kept per cycle is +1/cycle: 2 000 over the run.
+    positions = [0, *range(200, 2001, 200), 2000]
+    trend = judge_series(positions, [p for p in positions], rise_bound=256, trend_bound=128,
+                         what="Python objects", unit="cycle")
+    assert trend.first == 5 and trend.slope == 1 and trend.projected == 2000
+    assert trend.failures[0].startswith("Python objects keep growing after warm-up: +1/cycle")
+    assert "(cycles 1000-2000)" in trend.failures[0]
+
+
+def test_assess_judges_each_quantity_of_a_gauges_samples():
+    base = Sample(device=100 * MIB, host=50 * MIB, objects=1000)
+    trail = [base] + [Sample(100 * MIB + (2 * MIB if i > 2 else 0), 50 * MIB + i * 64 * KIB,
+                             1000 + 100 * i) for i in range(1, 11)]
+    growth = Growth(device=2 * MIB, host=640 * KIB, objects=1000, peak_host=640 * KIB,
+                    units=1000, samples=10, positions=tuple(range(0, 1001, 100)),
+                    trail=tuple(trail))
+    trends = assess(growth, Limits(), "cycle")
+    assert trends["device"].passed
+    assert trends["host"].passed and trends["host"].slope == 64 * KIB / 100
+    assert not trends["objects"].passed and trends["objects"].slope == 1
+
+
+def test_a_result_judges_the_threads_per_second_device_samples():
+    def judged(during, last):
+        result = Result("threads/relaxed", 1000, "captures", seconds=30.0,
+                        details={EACH_SECOND: during})
+        result.judge(Growth(device=last, host=0, objects=0, peak_host=0, units=1000,
+                            samples=1), Limits())
+        return result
+
+    plateau = judged(_steps(3, 9, 16)[1:30], 6 * MIB)
+    assert plateau.passed, plateau.failures
+    assert plateau.trends["device"].unit == "s" and plateau.trends["device"].first == 15
+    leak = judged([64 * KIB * t for t in range(1, 30)], 30 * 64 * KIB)
+    assert not leak.passed and "device memory keeps growing" in leak.failures[0]
+    assert each_second([1, None], 2, 3.0) is None
+
+
+# ------------------------------------------------- the soak fails a real leak
+
+
+def test_an_injected_leak_fails_the_soak(tmp_path, capsys):
+    out = tmp_path / "soak.json"
+    assert cli.main(["--quick", "--only", "conditionals", "--inject-leak",
+                     "--json", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    leak = next(line for line in lines if line.startswith("leak "))
+    assert "  FAIL  " in leak and "keep growing after warm-up" in leak
+    assert any(line.startswith("conditionals ") and "  PASS  " in line for line in lines)
+    assert lines[-1].startswith("FAIL: 1 of 2") and lines[-1].endswith("failed: leak")
+    result = next(r for r in json.loads(out.read_text())["results"] if r["name"] == "leak")
+    judged = result["growth"]["judged"]
+    assert {"host", "objects"} <= set(judged)
+    objects = judged["objects"]
+    assert objects["judged_from"] > 0 and objects["slope_per_unit"] >= 1
+    assert objects["projected_over_run"] > objects["trend_bound"]
+
+
+def test_the_same_cycles_without_the_leak_pass():
+    plan = Plan.for_run(quick=True)
+    kept, let_go = workloads.leak(plan, keep=True)[0], workloads.leak(plan, keep=False)[0]
+    assert not kept.passed
+    assert let_go.passed, let_go.failures
+    assert let_go.count == kept.count == plan.leak_cycles
+
+
+def test_without_inject_leak_the_leak_does_not_run(capsys):
+    assert cli.main(["--quick", "--only", "conditionals"]) == 0
+    assert not any(line.startswith("leak") for line in capsys.readouterr().out.splitlines())
+
+
+# ------------------------------------------------- quick or full
+
+
+@pytest.mark.parametrize("quick, full, backend, runs_quick", [
+    (False, False, "simulator", True),
+    (False, False, "driver", False),
+    (False, True, "simulator", False),
+    (True, False, "driver", True),
+])
+def test_quick_counts_unless_full_ones_are_asked_for_or_a_gpu_runs(quick, full, backend,
+                                                                  runs_quick):
+    assert cli.runs_quick(quick, full, backend) is runs_quick
+
+
+def test_the_default_run_says_which_counts_it_chose(capsys):
+    assert cli.main(["--only", "conditionals"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    expected = "quick" if ng.backend() == "simulator" else "full"
+    assert f"soak, {expected} run (the default here" in first
+
+
+def test_quick_and_full_together_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--quick", "--full"])
+    assert "not allowed with" in capsys.readouterr().err

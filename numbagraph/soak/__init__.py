@@ -14,7 +14,10 @@ takes seconds). Workloads, in the order they run:
 
 Every result computed on the device is checked exactly against the host's,
 and each workload's device and host memory is sampled after its warm-up and
-at its end; growth beyond :class:`~numbagraph.soak.memory.Limits` fails it.
+at its end; growth that goes on after the warm-up beyond
+:class:`~numbagraph.soak.memory.Limits` fails it (the rule is in
+:mod:`numbagraph.soak.memory`). ``--inject-leak`` adds a workload that
+leaks, which must fail.
 docs/reliability.md states what this proves and the figures of a run.
 """
 
@@ -25,7 +28,7 @@ from typing import Callable
 from . import refusals, threads, workloads
 from .core import Plan, Result
 
-__all__ = ["WORKLOADS", "Plan", "Result", "run"]
+__all__ = ["WORKLOADS", "INJECTED", "Plan", "Result", "run"]
 
 WORKLOADS: dict[str, Callable[[Plan], list[Result]]] = {
     "cycles": workloads.cycles,
@@ -39,6 +42,11 @@ WORKLOADS: dict[str, Callable[[Plan], list[Result]]] = {
 ``threads`` one per capture mode and one for the ``shared`` case."""
 
 
+INJECTED: dict[str, Callable[[Plan], list[Result]]] = {"leak": workloads.leak}
+"""Workloads that run only when asked for, to test the soak itself:
+``leak`` (``--inject-leak``) keeps device memory every cycle, and must fail."""
+
+
 def run(names: list[str], plan: Plan,
         done: Callable[[Result], None] = lambda result: None) -> list[Result]:
     """Run the named workloads in order; ``done(result)`` as each result is
@@ -46,7 +54,7 @@ def run(names: list[str], plan: Plan,
     results = []
     for name in names:
         try:
-            outcome = WORKLOADS[name](plan)
+            outcome = (WORKLOADS.get(name) or INJECTED[name])(plan)
         except Exception as exc:  # noqa: BLE001  one broken workload must not hide the others
             outcome = [Result(name, 0, "", failures=[f"raised {type(exc).__name__}: {exc}"])]
         for result in outcome:

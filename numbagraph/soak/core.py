@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .memory import Growth, Limits, MIB, judge_growth
+from .memory import (EACH_SECOND, Growth, Limits, Trend, assess, describe_bytes,
+                     each_second)
 
 __all__ = ["Plan", "Result", "mismatch", "describe_bytes"]
 
@@ -39,6 +40,7 @@ class Plan:
     rebinds: int               # calls of a graphed step, rebound at each
     rebind_warmup: int
     samples: int = 10          # memory samples per workload after its warm-up
+    leak_bytes: int = 64 * 1024  # kept per cycle by the injected leak (--inject-leak)
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -56,6 +58,16 @@ class Plan:
                    shared_rounds=1_000, shared_warmup=20, shared_calls=50,
                    refusals=1_000, conditionals=2_000, conditional_warmup=50,
                    rebinds=200_000, rebind_warmup=2_000)
+
+    @property
+    def leak_cycles(self) -> int:
+        """Cycles of the injected leak (``--inject-leak``): a tenth of ``cycles``."""
+        return max(1, self.cycles // 10)
+
+    @property
+    def leak_warmup(self) -> int:
+        """Its warm-up cycles: a tenth of ``cycle_warmup``."""
+        return self.cycle_warmup // 10
 
     def every(self, count: int) -> int:
         """Units of work between two memory samples."""
@@ -76,15 +88,26 @@ class Result:
     failures: list = field(default_factory=list)
     note: str = ""
     details: dict = field(default_factory=dict)
+    trends: dict[str, Trend] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def unit_name(self) -> str:
+        """One unit of work: ``cycle`` for ``cycles``."""
+        return self.unit.rstrip("s") or "unit"
+
     def judge(self, growth: Growth, limits: Limits) -> None:
-        """Keep ``growth`` and fail on every bound it exceeds."""
+        """Keep ``growth``, judge it by the rule of :mod:`.memory` (device
+        memory sampled each second, where the details hold it, in place of
+        the device's own samples) and fail on every bound it breaks."""
         self.growth = growth
-        self.failures += judge_growth(growth, limits)
+        during = self.details.get(EACH_SECOND)
+        series = each_second(during, growth.device, self.seconds) if during else None
+        self.trends = assess(growth, limits, self.unit_name, device_each_second=series)
+        self.failures += [why for trend in self.trends.values() for why in trend.failures]
 
     def as_dict(self) -> dict[str, Any]:
         growth = None
@@ -94,7 +117,8 @@ class Result:
                       "objects": g.objects, "peak_host_bytes": g.peak_host, "units": g.units,
                       "samples": g.samples,
                       "device_bytes_per_unit": g.per_unit(g.device),
-                      "host_bytes_per_unit": g.per_unit(g.host)}
+                      "host_bytes_per_unit": g.per_unit(g.host),
+                      "judged": {name: t.as_dict() for name, t in self.trends.items()}}
         return {"name": self.name, "count": self.count, "unit": self.unit,
                 "seconds": round(self.seconds, 3), "passed": self.passed,
                 "failures": list(self.failures), "note": self.note, "growth": growth,
@@ -113,16 +137,3 @@ def mismatch(what: str, expected: Any, got: Any) -> str | None:
     i = int(wrong[0])
     return (f"{what}: {wrong.size} of {want.size} values wrong; element {i} is "
             f"{have.ravel()[i].item()!r}, expected {want.ravel()[i].item()!r}")
-
-
-def describe_bytes(amount: int | None) -> str:
-    """A signed size for the report: ``+0 B``, ``-12.0 KiB``, ``+1.50 MiB``."""
-    if amount is None:
-        return "n/a"
-    sign = "+" if amount >= 0 else "-"
-    size = abs(amount)
-    if size >= MIB:
-        return f"{sign}{size / MIB:.2f} MiB"
-    if size >= 1024:
-        return f"{sign}{size / 1024:.1f} KiB"
-    return f"{sign}{size} B"

@@ -15,7 +15,7 @@ from .core import Plan, Result, mismatch
 from .kernels import advance, bump, count_below, mix, mix_reference, zero
 from .memory import Gauge
 
-__all__ = ["cycles", "replays", "conditionals", "rebinds"]
+__all__ = ["cycles", "replays", "conditionals", "rebinds", "leak"]
 
 
 def _read(array, stream) -> np.ndarray:
@@ -50,7 +50,7 @@ def cycles(plan: Plan) -> list[Result]:
     for n in range(1, plan.cycles + 1):
         cycle()
         if n % every == 0:
-            gauge.sample()
+            gauge.sample(at=n)
     result.seconds = time.perf_counter() - start
     result.judge(gauge.growth(plan.cycles), plan.limits)
     wrong = mismatch("x after every cycle's launch", np.full(w, 1 + plan.cycle_warmup
@@ -111,7 +111,7 @@ def replays(plan: Plan) -> list[Result]:
         run(done, done + step)
         done += step
         check(f"after {done - plan.replay_warmup} replays")
-        gauge.sample()
+        gauge.sample(at=done - plan.replay_warmup)
     result.seconds = time.perf_counter() - start
     graph.close()
     result.judge(gauge.growth(plan.replays), plan.limits)
@@ -156,7 +156,7 @@ def conditionals(plan: Plan) -> list[Result]:
         if result.failures:
             break
         if n % every == 0:
-            gauge.sample()
+            gauge.sample(at=n)
     result.seconds = time.perf_counter() - start
     result.judge(gauge.growth(plan.conditionals), plan.limits)
     return [result]
@@ -207,7 +207,7 @@ def rebinds(plan: Plan) -> list[Result]:
     for n in range(1, plan.rebinds + 1):
         call(n)
         if n % every == 0:
-            gauge.sample()
+            gauge.sample(at=n)
             wrong = mismatch(f"the step's output after call {n}", np.full(w, count),
                              _read(src, s))
             if wrong:
@@ -220,4 +220,46 @@ def rebinds(plan: Plan) -> list[Result]:
     if info.captures != 1:
         result.failures.append(f"the step was captured {info.captures} times, expected once")
     graphed.clear()
+    return [result]
+
+
+def leak(plan: Plan, keep: bool = True) -> list[Result]:
+    """For testing the soak only (``--inject-leak``): capture cycles that each
+    launch into a fresh device array of ``plan.leak_bytes`` and keep it, a
+    leak the soak must report as FAIL. With ``keep=False`` the same cycles
+    let each array go, and must pass."""
+    kept: list = []
+    result = Result("leak", plan.leak_cycles, "cycles",
+                    note=f"injected: a fresh {plan.leak_bytes // 1024} KiB device array per "
+                    f"cycle, {'kept' if keep else 'let go'}",
+                    details={"injected": True, "bytes_per_cycle": plan.leak_bytes,
+                             "kept": keep})
+    s = cuda.stream()
+    w = plan.width
+    one = ng.DeviceScalar(1, dtype=np.int32, stream=s)
+    zeros = np.zeros(max(w, plan.leak_bytes // 8), np.int64)
+    bump[1, w, s](cuda.to_device(zeros, stream=s), one)  # compiles outside any capture
+
+    def cycle() -> None:
+        x = cuda.to_device(zeros, stream=s)
+        with ng.capture(s) as cap:
+            bump[1, w, s](x, one)
+        cap.graph.launch()
+        cap.graph.close()
+        if keep:
+            kept.append(x)
+
+    for _ in range(plan.leak_warmup):
+        cycle()
+    gauge = Gauge(idle=s.synchronize)
+    gauge.start()
+    every = plan.every(plan.leak_cycles)
+    start = time.perf_counter()
+    for n in range(1, plan.leak_cycles + 1):
+        cycle()
+        if n % every == 0:
+            gauge.sample(at=n)
+    result.seconds = time.perf_counter() - start
+    result.judge(gauge.growth(plan.leak_cycles), plan.limits)
+    kept.clear()
     return [result]
