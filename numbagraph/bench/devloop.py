@@ -28,7 +28,7 @@ from .core import Context, SuiteResult
 from .peers import numba_tiny
 from .timing import Contender
 
-__all__ = ["NAME", "TITLE", "run", "UNROLLS", "BODIES"]
+__all__ = ["NAME", "TITLE", "run", "UNROLLS", "BODIES", "one_launch"]
 
 NAME = "devloop"
 TITLE = "Device loops: while and if nodes per iteration, unrolled passes"
@@ -61,14 +61,17 @@ def _passes(ctx: Context) -> int:
     return max(16, ctx.config.launch_repeats)
 
 
-def _loop(ctx: Context, key: str, record, passes: int, note: str) -> Contender:
-    """A contender launching the loop ``record(t, pos, n)`` captures, over
-    ``passes`` passes per launch (checked once)."""
+def one_launch(ctx: Context, key: str, record, passes: int, note: str) -> Contender:
+    """A contender launching the loop ``record(t, pos, until)`` captures
+    (returning its RepeatLoop, or None), over ``passes`` passes of the tiny
+    kernel per launch (checked once); ``{unroll}`` in ``note`` becomes the
+    loop's passes per iteration."""
     def make():
         t = numba_tiny(ctx)
         pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
+        t.launch(pos)
         with ng.capture(t.stream) as cap:
-            record(t, pos, float(passes))
+            loop = record(t, pos, float(passes))
         graph = cap.graph
         graph.upload()
         ctx.on_close(graph.close)
@@ -76,15 +79,15 @@ def _loop(ctx: Context, key: str, record, passes: int, note: str) -> Contender:
         graph.launch()
         if pos.value != passes:
             raise RuntimeError(f"{key}: the loop ran {pos.value} passes, not {passes}")
-        return t, pos, graph
+        return t, pos, graph, getattr(loop, "unroll", None)
 
-    t, pos, graph = ctx.shared(f"devloop_{key}", make)
+    t, pos, graph, unroll = ctx.shared(f"devloop_{key}", make)
 
     def batch():
         pos.update(0.0)
         graph.launch()
 
-    return Contender(batch, passes, t.sync, note=note)
+    return Contender(batch, passes, t.sync, note=note.format(unroll=unroll))
 
 
 def _while(ctx: Context, kernels: int, with_if: bool) -> Contender:
@@ -100,7 +103,7 @@ def _while(ctx: Context, kernels: int, with_if: bool) -> Contender:
                 for _ in range(kernels):
                     t.launch(pos)
     what = "in an if node" if with_if else "alone"
-    return _loop(ctx, f"while{kernels}{with_if}", record, _passes(ctx),
+    return one_launch(ctx, f"while{kernels}{with_if}", record, _passes(ctx),
                  f"one iteration of a while node, {kernels} tiny kernel(s) {what}")
 
 
@@ -115,7 +118,7 @@ def _unrolled(ctx: Context, unroll, way: str) -> Contender:
             t.launch(pos)
             if way == "stoppable, guards":
                 _stop_below_zero[1, 1, t.stream](pos, loop.cond)
-    return _loop(ctx, f"unroll{unroll}{way}", record, _passes(ctx),
+    return one_launch(ctx, f"unroll{unroll}{way}", record, _passes(ctx),
                  f"one pass of ng.repeat, unroll={unroll}, {way}")
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import numbagraph as ng
 
 from .core import Context, SuiteResult
+from .devloop import one_launch
 from .floor import PEER, PEER_BLOCKING, floor
 from .peers import libcuda, numba_tiny, numba_tiny_nonblocking, raw_driver
 from .replay import torch_tiny
@@ -264,33 +265,16 @@ def _device_loop(ctx: Context, case: str) -> Contender:
     the GPU, as many passes per iteration of its while node as
     ``unroll="auto"`` records; a batch is one launch of as many passes as
     the other peers take steps."""
-    def make():
-        t = numba_tiny(ctx)
-        n = ctx.config.launch_repeats
-        pos = ng.DeviceScalar(0.0, dtype=np.float32, stream=t.stream)
-        t.launch(pos)
-        with ng.capture(t.stream) as cap:
-            @ng.repeat(pos, until=float(n))
-            def loop(loop):
-                t.launch(pos)
-        graph = cap.graph
-        graph.upload()
-        ctx.on_close(graph.close)
-        pos.update(0.0)
-        graph.launch()
-        if pos.value != n:
-            raise RuntimeError(f"the device loop ran {pos.value} passes, not {n}")
-        return t, pos, graph, n, loop.unroll
+    def record(t, pos, until):
+        @ng.repeat(pos, until=until)
+        def loop(loop):
+            t.launch(pos)
+        return loop
 
-    t, pos, graph, n, unroll = ctx.shared("loop_device", make)
-
-    def batch():
-        pos.update(0.0)
-        graph.launch()
-
-    return Contender(batch, n, t.sync,
-                     note=f"one launch of ng.repeat over {n} passes, {unroll} per "
-                          "iteration of its while node (unroll='auto')")
+    n = ctx.config.launch_repeats
+    return one_launch(ctx, "loop_device", record, n,
+                      f"one launch of ng.repeat over {n} passes, {{unroll}} per iteration "
+                      "of its while node (unroll='auto')")
 
 
 PEERS = {
