@@ -19,7 +19,8 @@ from .backend.interface import Move
 from .errors import RebindError
 
 __all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held",
-           "Fixed", "FixedNodesError", "fixed_of", "check_fixed", "shift_fixed"]
+           "Fixed", "FixedNodesError", "fixed_of", "check_fixed", "shift_fixed",
+           "Operands", "OperandsError", "operands_of", "check_operands", "shift_operands"]
 
 
 def pairs_of(mapping: Any) -> list[tuple[Any, Any]]:
@@ -319,3 +320,118 @@ def shift_fixed(fixed: list[Fixed], moves: list[Move]) -> None:
                 if start < end and _moves_nodes(move, start, end, entry.align):
                     where[0], where[1] = start + move.shift, end + move.shift
                     break
+
+
+# ---------------------------------------------------------------- the rules of ops
+
+class Operands:
+    """The rule an op applied to the memory of its operands as a capture
+    recorded it, kept by the graph so that a rebinding applies it too: the
+    op refuses such arrays when called, and its kernels, replayed on them,
+    would compute wrong values (issue 33).
+
+    ``IN_PLACE``: each input either shares no memory with the output or is
+    the output itself (the same bytes and shape), as threads read each
+    element of an input in the thread that writes the same element of the
+    output. ``DISJOINT``: no input shares memory with the output (threads
+    read what other threads write). The entry holds no array, only where
+    the operands lie (``[start, end)``, moved with the graph's nodes) and
+    their shapes; each graph works on copies of it (:func:`operands_of`)."""
+
+    IN_PLACE, DISJOINT = "in place", "disjoint"
+
+    __slots__ = ("op", "kind", "names", "shapes", "spans")
+
+    def __init__(self, op: str, kind: str, operands: list[tuple[str, Any, tuple]]):
+        self.op = op          # the op, as its errors name it
+        self.kind = kind      # IN_PLACE or DISJOINT
+        # The output first, then the inputs: names, shapes as read, spans.
+        self.names = tuple(name for name, _, _ in operands)
+        self.shapes = tuple(tuple(shape) for _, _, shape in operands)
+        self.spans = [list(span(dev)[1:]) for _, dev, _ in operands]
+
+    def copy(self) -> Operands:
+        """This entry with spans of its own."""
+        twin = Operands(self.op, self.kind, [])
+        twin.names, twin.shapes = self.names, self.shapes
+        twin.spans = [list(where) for where in self.spans]
+        return twin
+
+    def _key(self) -> tuple:
+        return self.op, self.kind, self.names, self.shapes, tuple(map(tuple, self.spans))
+
+
+def operands_of(keepalive: list) -> list[Operands]:
+    """Copies of the :class:`Operands` entries among what a graph keeps
+    alive, one per distinct rule (a loop's passes record the same one many
+    times), for this graph's rebindings to move."""
+    found: dict[tuple, Operands] = {}
+    for entry in keepalive:
+        if type(entry) is Operands:
+            found.setdefault(entry._key(), entry)
+    return [entry.copy() for entry in found.values()]
+
+
+def _moved(start: int, moves: list[Move]) -> int | None:
+    """The index of the move that takes the span starting at ``start``
+    (rebinding moves each span with the array holding its first byte)."""
+    for i, move in enumerate(moves):
+        if move.start <= start < move.end:
+            return i
+    return None
+
+
+def check_operands(rules: list[Operands], moves: list[Move]) -> None:
+    """Refuse ``moves`` when, after them, the operands of an op recorded in
+    the graph would break the rule the op applies to them when called."""
+    for rule in rules:
+        by = [None if start == end else _moved(start, moves) for start, end in rule.spans]
+        if all(i is None for i in by):
+            continue  # as recorded, where the op accepted them
+        placed = [(start, end) if i is None else (start + moves[i].shift, end + moves[i].shift)
+                  for (start, end), i in zip(rule.spans, by)]
+        out_lo, out_hi = placed[0]
+        for k in range(1, len(placed)):
+            lo, hi = placed[k]
+            if lo == hi or out_lo == out_hi or hi <= out_lo or out_hi <= lo:
+                continue
+            if (rule.kind == Operands.IN_PLACE and (lo, hi) == (out_lo, out_hi)
+                    and rule.shapes[k] == rule.shapes[0]):
+                continue
+            _refuse(rule, k, by)
+
+
+def _refuse(rule: Operands, k: int, by: list[int | None]) -> None:
+    name, out, op = rule.names[k], rule.names[0], rule.op
+    pairs = sorted({i for i in (by[0], by[k]) if i is not None})
+    which = f"pair{'s' if len(pairs) > 1 else ''} {' and '.join(map(str, pairs))}"
+    if rule.kind == Operands.IN_PLACE:
+        why = (f"{name} of the graph's {op} would share memory with {out} without being "
+               f"{out} itself ({name} has shape {rule.shapes[k]}, {out} "
+               f"{rule.shapes[0]}): threads would read elements of {name} that others "
+               f"have already written, and {op} refuses such operands when called. "
+               f"Rebind {name} to {out} itself or to memory of its own")
+    else:
+        why = (f"{out} of the graph's {op} would overlap {name}: {op}, as recorded, "
+               f"needs an output that shares no memory with its inputs. Rebind them "
+               "to memory of their own")
+    raise OperandsError(f"rebind {which}: after this rebinding, {why}, or capture the "
+                        "work again; the graph is unchanged")
+
+
+def shift_operands(rules: list[Operands], moves: list[Move]) -> None:
+    """After ``moves`` were made: each rule's operands where the moves put
+    them."""
+    for rule in rules:
+        for where in rule.spans:
+            if where[0] < where[1]:
+                i = _moved(where[0], moves)
+                if i is not None:
+                    where[0] += moves[i].shift
+                    where[1] += moves[i].shift
+
+
+class OperandsError(RebindError):
+    """A rebinding refused because, after it, an op recorded in the graph
+    would be given operands it refuses when called (see :class:`Operands`).
+    Nothing changed."""

@@ -33,7 +33,7 @@ class _Resources:
     graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
-                 "device", "lock", "source")
+                 "operands", "device", "lock", "source")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
@@ -63,6 +63,9 @@ class _Resources:
         # The arrays nodes use where a rebinding cannot move them
         # (_rebind.Fixed entries of keepalive); None until first asked.
         self.fixed: list | None = None
+        # The rules ops applied to their operands (_rebind.Operands entries
+        # of keepalive, copied); None until first asked.
+        self.operands: list | None = None
 
     def arrays(self) -> list:
         """Everything the graph keeps alive, as one list."""
@@ -562,6 +565,8 @@ class CapturedGraph:
             entry.copy() if entry.align else entry for entry in other._res.fixed]
         self._res.spans = None if other._res.spans is None else [
             list(entry) for entry in other._res.spans]
+        self._res.operands = None if other._res.operands is None else [
+            entry.copy() for entry in other._res.operands]
         # The executable runs the parameters of other's definition, or of the
         # one other runs (the backend's choice too), until updated again.
         runs = other._res.source or other._res
@@ -599,8 +604,10 @@ class CapturedGraph:
             or kind, two old arrays overlap, or ``mapping`` is not a mapping;
             or an old array is used by cuBLAS's kernels
             ([matmul_into][numbagraph.matmul_into]), which hold its address
-            where numbagraph cannot move it. Checked before anything changes:
-            the graph is left as it was.
+            where numbagraph cannot move it; or, after it, an op recorded in
+            the graph would be given operands it refuses when called (an
+            input shifted over its output). Checked before anything
+            changes: the graph is left as it was.
         GraphClosedError
             The graph was closed (by this thread, or by another one before
             the rebinding took its turn); nothing changed.
@@ -681,6 +688,10 @@ class CapturedGraph:
                     f"rebind: the graph does not use the {type(pairs[i][0]).__name__} given "
                     f"as old array of pair {i} (no node points into its memory); "
                     "rebind only arrays the graph's launches, copies or fills were given")
+        if res.operands is None:
+            res.operands = _rebind.operands_of(res.keepalive)
+        if res.operands:
+            _rebind.check_operands(res.operands, moves)
         try:
             plan.apply()
         except Exception as exc:
@@ -689,6 +700,8 @@ class CapturedGraph:
                 "graph is unchanged. Capture the work again with the new arrays") from exc
         if res.fixed:
             _rebind.shift_fixed(res.fixed, moves)
+        if res.operands:
+            _rebind.shift_operands(res.operands, moves)
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _graphmem, _registry
-from ._rebind import FixedNodesError, device_array_of, span
+from ._rebind import FixedNodesError, OperandsError, device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .backend.interface import Move
@@ -380,9 +380,11 @@ class GraphedFunction:
             if moves:
                 try:
                     entry.graph._move(pairs, moves, strict=False)
-                except FixedNodesError:
+                except (FixedNodesError, OperandsError) as exc:
+                    # An op refusing these arrays refuses them as the capture records it.
                     entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
-                                                keys, values, spans)
+                                                keys, values, spans,
+                                                cublas=isinstance(exc, FixedNodesError))
                 else:
                     entry.bound = values
                     entry.spans = spans
@@ -477,13 +479,14 @@ class GraphedFunction:
 
     def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,
                        args: tuple, kwargs: dict, keys: tuple, values: tuple,
-                       spans: dict[int, tuple]) -> _Entry:
+                       spans: dict[int, tuple], cublas: bool = True) -> _Entry:
         """Capture the signature of ``entry`` again, for a call whose arrays
         the graph cannot be rebound to: cuBLAS's kernels hold the addresses
-        of the arrays they were given (numbagraph.ops._blas)."""
+        of the arrays they were given (numbagraph.ops._blas), or, without
+        ``cublas``, an op refuses them."""
         del cache.entries[sig]
         _close(entry, f"the graph of {self._name}() captured again for other arrays")
-        if _CUBLAS_WARNING not in self._warned:
+        if cublas and _CUBLAS_WARNING not in self._warned:
             self._warned.add(_CUBLAS_WARNING)
             warnings.warn(
                 f"{self._name}() calls cuBLAS (ng.matmul_into), whose kernels keep the "

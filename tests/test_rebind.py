@@ -380,3 +380,74 @@ def test_namedtuple_and_structured_arguments_are_rebound(stream):
     graph.launch()
     np.testing.assert_array_equal(host(other, stream), np.full(8, 2.0))
     assert rec_other.copy_to_host(stream=stream).tolist() == [(1.5, 7)] * 4
+
+
+# ---------------------------------------------------------------- the rules of ops
+
+def _rows(shape, stream, k=1):
+    return dev(np.arange(np.prod(shape)).reshape(shape) % 7 * k, stream)
+
+
+# Each op with its operands, and a rebinding that gives it operands it refuses
+# when called: an input shifted over its output, or an output over an input
+# a product reads from other threads.
+def _add(stream):
+    x, out, buf = _rows(256, stream), _rows(256, stream), _rows(257, stream)
+    return ((lambda o: ng.add_into(x, 0.0, o, stream=stream)), out,
+            {x: buf[1:], out: buf[:-1]}, "a of the graph's add_into would share memory")
+
+
+def _softmax(stream):
+    x, out, buf = _rows((4, 64), stream), _rows((4, 64), stream), _rows((5, 64), stream)
+    return ((lambda o: ng.softmax_into(x, o, stream=stream)), out,
+            {x: buf[1:], out: buf[:-1]}, "x of the graph's softmax_into would share memory")
+
+
+def _matvec(stream):
+    a, x, out, buf = _rows((4, 8), stream), _rows(8, stream), _rows(4, stream), _rows(8, stream)
+    return ((lambda o: ng.matvec_into(a, x, o, stream=stream)), out,
+            {x: buf, out: buf[:4]}, "out of the graph's matvec_into would overlap x")
+
+
+def _copy(stream):
+    x, out, buf = _rows(64, stream), _rows(64, stream), _rows(65, stream)
+    return ((lambda o: ng.copy_into(x, o, stream=stream)), out,
+            {x: buf[1:], out: buf[:-1]}, "out of the graph's copy_into would overlap x")
+
+
+@pytest.mark.parametrize("case", [_add, _softmax, _matvec, _copy])
+def test_a_rebinding_into_operands_an_op_refuses_is_refused_and_changes_nothing(stream, case):
+    op, out, mapping, match = case(stream)
+    expect = dev(np.zeros(out.shape), stream)
+    op(expect)
+    with ng.capture(stream) as cap:
+        op(out)
+    graph = cap.graph
+    with pytest.raises(ng.RebindError, match=match) as refused:
+        graph.rebind(mapping)
+    assert "graph is unchanged" in str(refused.value)
+    out.copy_to_device(np.zeros(out.shape, np.float32), stream=stream)
+    graph.launch()
+    np.testing.assert_array_equal(host(out, stream), host(expect, stream))
+
+
+def test_an_op_rebound_onto_its_output_itself_computes_in_place(stream):
+    x, out, y = dev(np.arange(8), stream), dev(np.zeros(8), stream), dev(np.arange(8), stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, 1.0, out, stream=stream)
+    graph = cap.graph
+    graph.rebind({x: y, out: y})
+    graph.launch()
+    np.testing.assert_array_equal(host(y, stream), np.arange(8) + 1)
+
+
+def test_an_ops_rule_applies_where_an_earlier_rebinding_put_its_operands(stream):
+    x, out, buf = dev(np.arange(8), stream), dev(np.zeros(8), stream), dev(np.zeros(9), stream)
+    with ng.capture(stream) as cap:
+        ng.add_into(x, 1.0, out, stream=stream)
+    graph = cap.graph
+    graph.rebind({out: buf[:-1]})
+    with pytest.raises(ng.RebindError, match="pair 0: after this rebinding, a of"):
+        graph.rebind({x: buf[1:]})
+    graph.launch()
+    np.testing.assert_array_equal(host(buf, stream), [*(np.arange(8) + 1), 0])

@@ -31,6 +31,7 @@ from ..backend import active as _backend
 from ..errors import DeviceMismatchError, OpError
 from ..safety import on_launch, order_foreign_operands
 from ..scalar import DeviceScalar
+from ._operands import rules as _rules
 
 __all__ = [
     "BLOCKS_PER_SM",
@@ -332,6 +333,7 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
                 _refuse_call_devices(name, params, args, kwargs)
             if _sessions:
                 order_foreign_operands(kwargs.get("stream"), (*args, *kwargs.values()), name)
+                return _keeping_rules(op, args, kwargs)
             return op(*args, **kwargs)
         objects: list = []
         key = _call_key(op, args, kwargs, objects)
@@ -366,6 +368,24 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
         return result
 
     return call
+
+
+def _keeping_rules(op: Callable[..., None], args: tuple, kwargs: dict) -> Any:
+    """``op(*args, **kwargs)`` while a capture may record it: once it
+    returns, the capture of its stream keeps the rules its checks applied to
+    its operands' memory (``_operands.rules``), which a rebinding of the
+    graph applies too (issue 33)."""
+    outer = _rules.pending
+    _rules.pending = pending = []
+    try:
+        result = op(*args, **kwargs)
+    finally:
+        _rules.pending = outer
+    if pending:
+        session = _registry.on(_backend.stream_handle(kwargs["stream"]))
+        if session is not None:
+            session.keepalive.extend(pending)
+    return result
 
 
 _kernels: dict[tuple, OpKernel] = {}

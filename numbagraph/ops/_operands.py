@@ -9,11 +9,13 @@ launches kernels, so a wrong call inside a capture never reaches the driver.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from .._rebind import Operands
 from ..backend import active as _backend
 from ..errors import OpError, ScalarValueError
 from ..scalar import SCALAR_DTYPES, DeviceScalar, _checker
@@ -32,7 +34,9 @@ __all__ = [
     "check_dtype",
     "row_view",
     "check_disjoint",
+    "keep_disjoint",
     "overlaps",
+    "rules",
 ]
 
 FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -222,6 +226,29 @@ def overlaps(a: Any, b: Any) -> bool:
     return a_lo < b_hi and b_lo < a_hi
 
 
+class _Rules(threading.local):
+    """The rules on operands' memory that the checks of the op call being
+    made on this thread applied, while a capture may record it (None
+    otherwise): the call's capture keeps them (``_launch.repeatable``), so
+    that a rebinding of its graph applies them too."""
+
+    pending: list | None = None
+
+
+rules = _Rules()
+
+
+def _keep(op: str, kind: str, out: Any, inputs: Sequence[tuple[str, Any, tuple]],
+          what: str = "out") -> None:
+    pending = rules.pending
+    if pending is None or out.size == 0:
+        return
+    operands = [(name, dev, shape) for name, dev, shape in inputs
+                if dev is not None and dev.size]
+    if operands:
+        pending.append(Operands(op, kind, [(what, out, tuple(out.shape)), *operands]))
+
+
 def check_in_place(out: Any, inputs: Sequence[tuple[str, Any, tuple]], op: str) -> None:
     """Refuse inputs that share memory with ``out`` without being ``out``
     itself (same memory, same shape): each element of ``out`` is written by
@@ -247,14 +274,28 @@ def check_in_place(out: Any, inputs: Sequence[tuple[str, Any, tuple]], op: str) 
             f"would read elements of {what} that others have already written. Pass "
             "out itself to compute in place, or an input in memory of its own"
         )
+    if rules.pending is not None:
+        _keep(op, Operands.IN_PLACE, out, inputs)
 
 
-def check_disjoint(out: Any, inputs: Sequence[tuple[str, Any]], op: str) -> None:
+def keep_disjoint(out: Any, inputs: Sequence[tuple[str, Any]], op: str,
+                  what: str = "out") -> None:
+    """Where a capture may record the op: its rule that ``out`` (named
+    ``what``) shares no memory with ``inputs``, checked already, for a
+    rebinding of its graph to apply too."""
+    if rules.pending is not None:
+        _keep(op, Operands.DISJOINT, out, [(name, dev, ()) for name, dev in inputs], what)
+
+
+def check_disjoint(out: Any, inputs: Sequence[tuple[str, Any]], op: str,
+                   what: str = "out") -> None:
     """Refuse outputs that share memory with inputs an op reads from other
-    threads than the one writing (matrix products, gathers)."""
-    for what, dev in inputs:
+    threads than the one writing (matrix products, gathers); ``what`` names
+    the output."""
+    for name, dev in inputs:
         if dev is not None and overlaps(out, dev):
             raise OpError(
-                f"out of {op} overlaps {what}; {op} needs an output that does not "
+                f"{what} of {op} overlaps {name}; {op} needs an output that does not "
                 "share memory with its inputs"
             )
+    keep_disjoint(out, inputs, op, what)

@@ -25,6 +25,7 @@ from ..safety import check_graph_memory, guard_device_copy
 from ..scalar import DeviceScalar
 from . import _functions, _launch, _map
 from ._operands import ALL, ARITHMETIC, FLOATS, flat, operand, output, overlaps
+from ._operands import keep_disjoint
 
 __all__ = [
     "add_into", "sub_into", "mul_into", "div_into",
@@ -702,6 +703,8 @@ def _copy_whole(x: Input, out: Any, stream: Any) -> bool:
             or not out_dev.is_c_contiguous() or overlaps(x_dev, out_dev)):
         return False
     handle = _launch.launch_handle(stream)
+    # A device copy needs disjoint memory: a rebinding must keep it so.
+    keep_disjoint(out_dev, [("x", x_dev)], "copy_into")
     if _graph_memory_held[0]:
         check_graph_memory((out_dev, x_dev), handle, "ng.copy_into()")
     if _sessions:

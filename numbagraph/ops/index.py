@@ -204,7 +204,7 @@ def put_into(src: Any, index: Any, table: Any, *, stream: Any) -> None:
         )
     position, index_dev = _index(index, rows, "put_into")
     if src_op.mode != VALUE:
-        check_disjoint(table_dev, [("src", src_op.array)], "put_into")
+        check_disjoint(table_dev, [("src", src_op.array)], "put_into", "table")
     table_flat = flat(table_dev)
     if position is not None:
         row = table_flat[position * cols:(position + 1) * cols]

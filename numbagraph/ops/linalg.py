@@ -29,6 +29,7 @@ from .._rebind import span
 from ..backend import active as _backend
 from ..errors import OpError
 from . import _blas, _launch, _reduce_kernels as _rk
+from ._operands import keep_disjoint
 from ._operands import (ARITHMETIC, BFLOAT16, BFLOAT16_INSTALL, check_disjoint, check_dtype,
                         device_array, flat)
 
@@ -497,6 +498,7 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
             raise OpError(
                 f"out of matmul_into overlaps {what} (their memory spans meet); "
                 "matmul_into needs an output that does not share memory with its inputs")
+    keep_disjoint(out_dev, [("a", a_dev), ("b", b_dev)], "matmul_into")
     if m == 0 or n == 0 or batches == 0:
         return
     dtype = np.dtype(a_dev.dtype)
