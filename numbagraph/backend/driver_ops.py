@@ -1,10 +1,12 @@
 """What numbagraph.ops needs from the CUDA driver: device views of foreign
 arrays, the device's size for launch grids, zero fills and device copies;
-which device a stream, an array or an address belongs to."""
+which device a stream, an array or an address belongs to; the math and
+conversions op kernels compile."""
 
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 from typing import Any
 
@@ -205,6 +207,26 @@ def store4(typingctx: Any, a: Any, i: Any, v0: Any, v1: Any, v2: Any, v3: Any) -
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+# ------------------------------------------------------------ math and conversions
+
+# numba compiles Python's math functions to the device's own (libdevice), and
+# a store converts with numba's cast (fptosi and kin, which NVVM lowers to
+# cvt): both already give the device's results, so op kernels compile as
+# they would without this seam.
+device_math = math
+
+
+@cuda.jit(device=True, inline="always")
+def _as_stored(value):
+    return value
+
+
+def convert(dtype: np.dtype) -> Any:
+    """The value itself, for any ``dtype``: the store into the array
+    converts it, with numba's cast."""
+    return _as_stored
 
 
 def device_memory_used() -> int:

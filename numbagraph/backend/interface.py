@@ -320,6 +320,22 @@ class Backend(Protocol):
     """A device function, ``store4(a, i, v0, v1, v2, v3)``: ``a[i:i+4] =
     v0..v3`` of a 1-D float32 array, as one 128-bit store on the driver
     (``a[i]`` 16-byte aligned, as for ``load4``)."""
+    device_math: ClassVar[Any]
+    """The math functions op kernels call, as attributes: ``exp``, ``log``,
+    ``sqrt``, ``tanh`` and ``erf`` of a float, each giving the device's IEEE
+    result for every input (``log(-1.0)`` is NaN, ``log(0.0)`` is -inf,
+    ``exp(1000.0)`` is inf) in its argument's float type. On the driver,
+    Python's ``math``, which numba compiles to the device's own functions."""
+
+    def convert(self, dtype: np.dtype) -> Callable[[Any], Any]:
+        """A device function, ``convert(v)``: the value to store into an
+        array of ``dtype`` so that it holds ``v`` converted as the device
+        converts it (docs/ops.md, Conversions): integers wrap to ``dtype``'s
+        width; floats become integers truncated toward zero, NaN as 0 and
+        values out of range saturated (8-bit integers take the low byte of
+        the 16-bit result); floats round to nearest, overflowing to inf;
+        anything nonzero, NaN included, is True. On the driver, ``v``
+        itself: the store converts it with numba's cast."""
 
     # ------------------------------------------------------------ devices
 

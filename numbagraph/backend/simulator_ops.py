@@ -1,11 +1,14 @@
 """What numbagraph.ops needs from the simulator besides recorded work
 (zero fills and copies live beside the launches in ``simulator``): device
-views of foreign arrays and the size of the simulated device."""
+views of foreign arrays, the size of the simulated device, and the device's
+math and conversions, which Python's own would break off with an exception."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import math
+import types
+from typing import Any, Callable
 
 import numpy as np
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -66,6 +69,66 @@ def store4(a: Any, i: int, v0: Any, v1: Any, v2: Any, v3: Any) -> None:
     a[i + 1] = v1
     a[i + 2] = v2
     a[i + 3] = v3
+
+
+# ------------------------------------------------------------ math and conversions
+#
+# A simulated kernel is Python: math.log(-1.0) raises where the device gives
+# NaN, and NumPy refuses to store 2**31 or NaN into an int32 array where the
+# device wraps or saturates. These give the device's answers instead
+# (docs/ops.md, Conversions).
+
+def _ieee(ufunc: np.ufunc) -> Callable[[Any], Any]:
+    """``ufunc`` of a scalar in its own float type, NaN and inf where IEEE
+    arithmetic gives them, and no warning (the device gives none)."""
+    def f(x: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return ufunc(x)
+    f.__name__ = ufunc.__name__
+    return f
+
+
+def _erf(x: Any) -> Any:
+    # NumPy has no erf; Python's is defined for every float, NaN and inf
+    # included, and its result is rounded once to the argument's type.
+    kind = type(x) if isinstance(x, np.floating) else np.float64
+    return kind(math.erf(x))
+
+
+device_math = types.SimpleNamespace(
+    exp=_ieee(np.exp), log=_ieee(np.log), sqrt=_ieee(np.sqrt), tanh=_ieee(np.tanh), erf=_erf)
+
+
+def convert(dtype: np.dtype) -> Callable[[Any], Any]:
+    """``v`` as ``dtype``'s scalar, converted as the device's cast converts
+    it: what numba's cast compiles to on the driver (fptosi and kin, lowered
+    by NVVM to PTX's ``cvt``, which saturates; 8-bit integers are converted
+    to 16 bits, whose low byte the store keeps)."""
+    dtype = np.dtype(dtype)
+    kind = dtype.type
+    if dtype.kind == "b":
+        return lambda v: np.bool_(v != 0)  # NaN != 0: True, as on the device
+    if dtype.kind not in "iu":
+        def to_float(v: Any) -> Any:
+            with np.errstate(all="ignore"):  # overflow gives inf, silently
+                return kind(v)
+        return to_float
+    bits = 8 * dtype.itemsize
+    width = max(bits, 16)
+    signed = dtype.kind == "i"
+    low = -(1 << (width - 1)) if signed else 0
+    high = (1 << (width - 1)) - 1 if signed else (1 << width) - 1
+    mask, sign = (1 << bits) - 1, 1 << (bits - 1)
+
+    def to_int(v: Any) -> Any:
+        if isinstance(v, (int, np.integer, np.bool_)):
+            n = int(v)
+        else:
+            f = float(v)  # exact for every float type; compared exactly below
+            n = 0 if f != f else high if f >= high else low if f <= low else int(f)
+        n &= mask
+        return kind(n - (n & sign) * 2 if signed else n)
+    return to_int
 
 
 def launch_limits() -> tuple[int, int]:

@@ -3,20 +3,26 @@
 Each maker takes the op's dtype and returns ``f(x, y, z)`` for the map
 templates. Arithmetic happens in the compute type (float32 for float16), and
 the result is rounded once when stored. Floating-point results follow IEEE
-arithmetic on the device (``log(0) == -inf``); maximum and minimum propagate
-NaN as NumPy does.
+arithmetic on the device (``log(0) == -inf``), on both backends: the math
+functions are the backend's (``device_math``), and so is ``astype``'s
+conversion. Maximum and minimum propagate NaN as NumPy does.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 
+from ..backend import active as _backend
 from ._launch import compute_type
 
 __all__ = ["BINARY", "UNARY", "axpy", "where", "astype"]
+
+# Python's math on the driver, where numba compiles it to the device's; on the
+# simulator, the same functions with the device's NaN and inf where Python's
+# raise.
+_math = _backend.device_math
 
 
 def _add(ct):
@@ -87,19 +93,19 @@ def _abs(ct):
 
 def _exp(ct):
     def f(x, y, z):
-        return math.exp(ct(x))
+        return _math.exp(ct(x))
     return f
 
 
 def _log(ct):
     def f(x, y, z):
-        return math.log(ct(x))
+        return _math.log(ct(x))
     return f
 
 
 def _sqrt(ct):
     def f(x, y, z):
-        return math.sqrt(ct(x))
+        return _math.sqrt(ct(x))
     return f
 
 
@@ -107,13 +113,13 @@ def _rsqrt(ct):
     one = ct(1)
 
     def f(x, y, z):
-        return one / math.sqrt(ct(x))
+        return one / _math.sqrt(ct(x))
     return f
 
 
 def _tanh(ct):
     def f(x, y, z):
-        return math.tanh(ct(x))
+        return _math.tanh(ct(x))
     return f
 
 
@@ -121,7 +127,7 @@ def _sigmoid(ct):
     one = ct(1)
 
     def f(x, y, z):
-        return one / (one + math.exp(-ct(x)))
+        return one / (one + _math.exp(-ct(x)))
     return f
 
 
@@ -140,7 +146,7 @@ def _gelu(ct):
 
     def f(x, y, z):
         u = ct(x)
-        return half * u * (one + math.erf(u * inv_sqrt2))
+        return half * u * (one + _math.erf(u * inv_sqrt2))
     return f
 
 
@@ -195,11 +201,14 @@ def where(dtype: np.dtype) -> Callable:
     return f
 
 
-def astype(source: np.dtype) -> Callable:
-    """x converted on store; float16 goes through float32, which holds it
-    exactly, since not every conversion from float16 exists on the device."""
+def astype(source: np.dtype, target: np.dtype) -> Callable:
+    """x converted to ``target`` as the device converts (the backend's
+    ``convert``: integers wrap, floats to integers saturate, NaN to 0);
+    float16 goes through float32, which holds it exactly, since not every
+    conversion from float16 exists on the device."""
     ct = compute_type(source)
+    to = _backend.convert(target)
 
     def f(x, y, z):
-        return ct(x)
+        return to(ct(x))
     return f

@@ -38,13 +38,13 @@ so the result is the same whatever the order.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 from numba import cuda, types
 from numba.cuda.np.numpy_support import from_dtype
 
+from ..backend import active as _backend
 from ._launch import generated
 
 __all__ = [
@@ -81,6 +81,9 @@ EXTREME_UNROLL = 8
 
 # The index of "no value yet": larger than any real index, so it loses ties.
 _SENTINEL = np.int64(np.iinfo(np.int64).max)
+
+# The device's math: Python's on the driver, IEEE results on the simulator.
+_math = _backend.device_math
 
 
 def additive_accumulator(dtype: np.dtype) -> np.dtype:
@@ -128,7 +131,9 @@ def block_tree(threads: int, combine: Callable) -> Callable:
 # Sums. Their ``fin`` argument says what the total becomes: itself, divided
 # by the count (mean), or its square root (norm2); integer totals are always
 # themselves. With ``has_y`` they sum ``x * y`` rather than ``x`` (compiled
-# in, so a plain sum issues no load or branch for ``y``).
+# in, so a plain sum issues no load or branch for ``y``). A total is stored
+# in the input's dtype through the backend's ``convert``: an int32 sum, made
+# in int64, wraps to int32 as the device's store does, on both backends.
 
 def _finalize(acc_np: np.dtype) -> Callable:
     """``finalize(total, count, fin)``."""
@@ -139,7 +144,7 @@ def _finalize(acc_np: np.dtype) -> Callable:
             if fin == FIN_MEAN:
                 return total / acc(count)
             if fin == FIN_SQRT:
-                return math.sqrt(total)
+                return _math.sqrt(total)
             return total
     else:
         @cuda.jit(device=True)
@@ -240,6 +245,7 @@ def _sum_finish(dtype: np.dtype, threads: int) -> Callable:
     zero = acc_np.type(0)
     tree = block_tree(threads, add)
     finalize = _finalize(acc_np)
+    to_out = _backend.convert(dtype)
 
     @cuda.jit(device=True)
     def finish(parts, nparts, out, count, fin, sh, tid):
@@ -250,7 +256,7 @@ def _sum_finish(dtype: np.dtype, threads: int) -> Callable:
             p += threads
         total = tree(sh, total, tid)
         if tid == 0:
-            out[0] = finalize(total, count, fin)
+            out[0] = to_out(finalize(total, count, fin))
     return finish
 
 
@@ -308,6 +314,7 @@ def additive_rows_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable
     thread_sum = _thread_sum(dtype, threads, has_y)
     tree = block_tree(threads, add)
     finalize = _finalize(acc_np)
+    to_out = _backend.convert(dtype)
     t8 = ADDITIVE_UNROLL * threads
 
     def rows_kernel(x, y, y_row_stride, rows, cols, out, fin):
@@ -318,7 +325,7 @@ def additive_rows_kernel(dtype: np.dtype, threads: int, has_y: bool) -> Callable
             total = tree(sh, thread_sum(x, y, r * cols, r * y_row_stride, 0, t8, cols, tid),
                          tid)
             if tid == 0:
-                out[r] = finalize(total, cols, fin)
+                out[r] = to_out(finalize(total, cols, fin))
             r += cuda.gridDim.x
     return rows_kernel
 
@@ -355,6 +362,7 @@ def additive_row_finish_kernel(dtype: np.dtype, threads: int) -> Callable:
     zero = acc_np.type(0)
     tree = block_tree(threads, add)
     finalize = _finalize(acc_np)
+    to_out = _backend.convert(dtype)
 
     def row_finish_kernel(parts, nparts, rows, cols, out, fin):
         sh = cuda.shared.array(threads, acc)
@@ -368,7 +376,7 @@ def additive_row_finish_kernel(dtype: np.dtype, threads: int) -> Callable:
                 p += threads
             total = tree(sh, total, tid)
             if tid == 0:
-                out[r] = finalize(total, cols, fin)
+                out[r] = to_out(finalize(total, cols, fin))
             r += cuda.gridDim.x
     return row_finish_kernel
 

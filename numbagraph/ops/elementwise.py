@@ -854,7 +854,10 @@ def where_into(cond: Input, a: Input, b: Input, out: Any, *, stream: Any) -> Non
 
 def astype_into(x: Input, out: Any, *, stream: Any) -> None:
     """``out = x`` converted to ``out``'s dtype, as NumPy's ``astype``
-    (floats to integers truncate; to bool, nonzero is True). Any dtypes.
+    (floats to integers truncate; to bool, nonzero is True; integers wrap to
+    a narrower dtype) and, where NumPy leaves the result undefined, as the
+    GPU converts: NaN gives 0 and floats out of an integer dtype's range
+    saturate (docs/ops.md, Conversions). Any dtypes.
 
     Parameters
     ----------
@@ -889,5 +892,6 @@ def astype_into(x: Input, out: Any, *, stream: Any) -> None:
     out_dev = output(out, ALL, "astype_into")
     x_op = operand(x, ALL, "x", "astype_into")
     source = x_op.dtype
-    _map.run(("astype", source.str), lambda: _functions.astype(source),
+    target = np.dtype(out_dev.dtype)
+    _map.run(("astype", source.str, target.str), lambda: _functions.astype(source, target),
              [("x", x_op)], out_dev, flat(out_dev), stream, "astype_into")

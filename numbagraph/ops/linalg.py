@@ -155,7 +155,9 @@ def _matvec_source(together: int, unroll: int) -> str:
     ``unroll`` loads of ``x`` and of every row before their sums. A row's
     accumulators meet as ``(s0 + s1) + (s2 + s3)`` and its lanes in a fixed
     tree through shared memory, so its result does not depend on
-    ``together``."""
+    ``together``. A row's sum is stored through ``OUT``, the backend's
+    conversion to ``out``'s dtype (an int32 product, summed in int64, wraps
+    to int32)."""
     rows_, us = range(together), range(unroll)
     lines = [
         "def matvec(a, x, out, rows, cols):",
@@ -183,7 +185,7 @@ def _matvec_source(together: int, unroll: int) -> str:
     for r in rows_:
         lines += _lanes_summed(_pairwise([f"s{r}_{u}" for u in us]))
         lines += [f"        if lane == 0 and row{r} < rows:",
-                  f"            out[row{r}] = sh[tid]",
+                  f"            out[row{r}] = OUT(sh[tid])",
                   "        cuda.syncthreads()"]
     lines += [f"        start += int64(cuda.gridDim.x) * WARPS * {together}"]
     return "\n".join(lines) + "\n"
@@ -292,7 +294,8 @@ def _matvec_kernel(dtype: np.dtype, warps: int, together: int) -> Callable:
     return _launch.generated(
         "matvec", _matvec_source(together, _MATVEC_UNROLL),
         {"cuda": cuda, "int64": types.int64, "ACC": from_dtype(acc_np),
-         "ZERO": acc_np.type(0), "THREADS": warps * _WARP, "WARPS": warps})
+         "ZERO": acc_np.type(0), "THREADS": warps * _WARP, "WARPS": warps,
+         "OUT": _backend.convert(dtype)})
 
 
 def _tile_size() -> int:

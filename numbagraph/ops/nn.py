@@ -25,12 +25,12 @@ does) and writes the block's part of ``out``. Where no scratch can be made
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
 from numba import cuda, types
 
+from ..backend import active as _backend
 from ..errors import OpError
 from . import _launch
 from ._operands import FLOATS, check_disjoint, check_dtype, check_in_place, device_array, flat, row_view
@@ -38,6 +38,9 @@ from ._reduce_kernels import add, additive_accumulator, block_tree
 from .reduce import _done, _scratch_for, row_parts
 
 __all__ = ["softmax_into", "layernorm_into", "rmsnorm_into"]
+
+# The device's math: Python's on the driver, IEEE results on the simulator.
+_math = _backend.device_math
 
 SOFTMAX, LAYERNORM, RMSNORM = 0, 1, 2
 
@@ -94,12 +97,12 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
                 total = zero
                 j = int64(tid)
                 while j < cols:
-                    total += math.exp(acc(x[base + j]) - top)
+                    total += _math.exp(acc(x[base + j]) - top)
                     j += threads
                 total = tree_sum(sh, total, tid)
                 j = int64(tid)
                 while j < cols:
-                    out[base + j] = math.exp(acc(x[base + j]) - top) / total
+                    out[base + j] = _math.exp(acc(x[base + j]) - top) / total
                     j += threads
             else:
                 if kind == LAYERNORM:
@@ -117,7 +120,7 @@ def _rows_kernel(dtype: np.dtype, threads: int) -> Callable:
                     d = acc(x[base + j]) - mean
                     squares += d * d
                     j += threads
-                inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
+                inv = one / _math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
                 j = int64(tid)
                 while j < cols:
                     v = (acc(x[base + j]) - mean) * inv
@@ -193,7 +196,7 @@ def _held_rows_source(per: int, kind: int, width: int = 1) -> str:
         lines += each(["top = nan_max(top, {h})"])
         lines += ["        top = tree_max(sh, top, tid)",
                   "        total = ZERO"]
-        lines += each(["{h} = math.exp({h} - top)", "total += {h}"])
+        lines += each(["{h} = _math.exp({h} - top)", "total += {h}"])
         lines += ["        total = tree_sum(sh, total, tid)"]
         for k in ks:
             lines += [f"        if {at(k)} < cols:"]
@@ -206,7 +209,7 @@ def _held_rows_source(per: int, kind: int, width: int = 1) -> str:
             lines += ["        mean = tree_sum(sh, total, tid) / ACC(cols)"]
         lines += ["        squares = ZERO"]
         lines += each(["d = {h} - mean", "squares += d * d"])
-        lines += ["        inv = ONE / math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
+        lines += ["        inv = ONE / _math.sqrt(tree_sum(sh, squares, tid) / ACC(cols) + eps)"]
         for k in ks:
             lines += [f"        if {at(k)} < cols:"]
             lines += [f"            v{e} = ({h(k, e)} - mean) * inv" for e in es]
@@ -237,7 +240,7 @@ def _held_rows_kernel(dtype: np.dtype, threads: int, per: int, kind: int, width:
     acc_np = additive_accumulator(dtype)
     load4, store4 = _launch.quad_access(vector)
     return _launch.generated("rows_held", _held_rows_source(per, kind, width), {
-        "cuda": cuda, "math": math, "int64": types.int64, "nan_max": nan_max,
+        "cuda": cuda, "_math": _math, "int64": types.int64, "nan_max": nan_max,
         "tree_sum": block_tree(threads, add), "tree_max": block_tree(threads, nan_max),
         "ACC": _launch.scalar_type(acc_np), "ZERO": acc_np.type(0), "ONE": acc_np.type(1),
         "LOWEST": acc_np.type(-np.inf), "THREADS": threads, "LOAD4": load4,
@@ -329,12 +332,12 @@ def _stats_kernel(dtype: np.dtype, threads: int, width: int = 1,
                     while j < hi:
                         if width == 4:
                             v0, v1, v2, v3 = load4(x, base + j)
-                            total += math.exp(v0 - top)
-                            total += math.exp(v1 - top)
-                            total += math.exp(v2 - top)
-                            total += math.exp(v3 - top)
+                            total += _math.exp(v0 - top)
+                            total += _math.exp(v1 - top)
+                            total += _math.exp(v2 - top)
+                            total += _math.exp(v3 - top)
                         else:
-                            total += math.exp(acc(x[base + j]) - top)
+                            total += _math.exp(acc(x[base + j]) - top)
                         j += step
                 total = tree_sum(sh, total, tid)
                 if tid == 0:
@@ -437,18 +440,18 @@ def _apply_kernel(dtype: np.dtype, threads: int, width: int = 1,
                 while q < nparts:
                     m = stats[first + q]
                     if m != lowest:  # a part of -inf adds nothing
-                        total += stats[total_parts + first + q] * math.exp(m - top)
+                        total += stats[total_parts + first + q] * _math.exp(m - top)
                     q += threads
                 total = tree_sum(sh, total, tid)
                 j = lo + width * tid
                 while j < hi:
                     if width == 4:
                         v0, v1, v2, v3 = load4(x, base + j)
-                        store4(out, base + j, math.exp(v0 - top) / total,
-                               math.exp(v1 - top) / total, math.exp(v2 - top) / total,
-                               math.exp(v3 - top) / total)
+                        store4(out, base + j, _math.exp(v0 - top) / total,
+                               _math.exp(v1 - top) / total, _math.exp(v2 - top) / total,
+                               _math.exp(v3 - top) / total)
                     else:
-                        out[base + j] = math.exp(acc(x[base + j]) - top) / total
+                        out[base + j] = _math.exp(acc(x[base + j]) - top) / total
                     j += step
             else:
                 if kind == LAYERNORM:
@@ -476,7 +479,7 @@ def _apply_kernel(dtype: np.dtype, threads: int, width: int = 1,
                     while q < nparts:
                         squares += stats[first + q]
                         q += threads
-                inv = one / math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
+                inv = one / _math.sqrt(tree_sum(sh, squares, tid) / acc(cols) + eps)
                 j = lo + width * tid
                 while j < hi:
                     if width == 4:
