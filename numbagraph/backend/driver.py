@@ -65,6 +65,27 @@ def synchronize(handle: int) -> None:
 
 # ---------------------------------------------------------------- capture
 
+def _in_stream_context(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of a :class:`Recording`, called with its stream's context
+    current on a thread that has none: CUDA lets a "relaxed" capture end on
+    any thread, and a thread that never used CUDA has no context for the
+    calls that end it (issue 33)."""
+    @functools.wraps(method)
+    def made(self: Any, *args: Any, **kwargs: Any) -> Any:
+        failed, current = cu.cuCtxGetCurrent()
+        if failed or int(current):
+            return method(self, *args, **kwargs)
+        err, ctx = cu.cuStreamGetCtx(self.handle)
+        if err != cu.CUresult.CUDA_SUCCESS or cu.cuCtxPushCurrent(ctx)[0]:
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            cu.cuCtxPopCurrent()
+
+    return made
+
+
 class Recording:
     """One capture in progress on one stream.
 
@@ -111,6 +132,7 @@ class Recording:
         nothing to drop. The capture is left as it is, since only its own
         thread may end it."""
 
+    @_in_stream_context
     def finish(self, instantiate: bool = True) -> "Executable":
         """End the capture. With ``instantiate=False`` the graph is
         instantiated on first use instead: CUDA refuses to instantiate while
@@ -139,6 +161,7 @@ class Recording:
                 raise
         return executable
 
+    @_in_stream_context
     def abort(self) -> None:
         """End the capture without a graph; the stream stops capturing.
 
@@ -473,10 +496,10 @@ def _release_queues(queues: tuple) -> None:
 
 def _in_context(ctx: Any, call: Callable[..., tuple], *args: Any) -> tuple:
     """``call(*args)``'s result, the call made with ``ctx`` current where
-    there are several devices and another context is current; with one
-    device, or ``ctx`` unknown, as it is. For calls made once per graph
+    another context, or none (a thread that never used CUDA), is current;
+    with ``ctx`` unknown, as it is. For calls made once per graph
     (instantiate, upload), which need not fail first to be made right."""
-    if ctx is None or _device_count() == 1:
+    if ctx is None:
         return call(*args)
     failed, current = cu.cuCtxGetCurrent()
     if not failed and int(current) == int(ctx):
