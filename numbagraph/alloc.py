@@ -69,7 +69,7 @@ def _nbytes(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:
 def _device_array(shape: tuple[int, ...], dtype: np.dtype, stream: Any, what: str) -> Any:
     nbytes = _nbytes(shape, dtype, what)
     try:
-        return cuda.device_array(shape, dtype, stream=stream)
+        return cuda.device_array(shape, dtype, stream=_backend.as_numba_stream(stream))
     except NumbagraphError:
         raise
     except Exception as exc:
@@ -127,7 +127,8 @@ def empty(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     session = graph_allocation_session(handle, "ng.empty()")
     if session is not None:
         _nbytes(shape, dtype, "ng.empty()")
-        return graph_allocate(session, shape, dtype, stream, "ng.empty()")
+        return graph_allocate(session, shape, dtype, _backend.as_numba_stream(stream),
+                              "ng.empty()")
     guard_allocation("ng.empty()", handle)
     return _device_array(shape, dtype, stream, "ng.empty()")
 
@@ -175,7 +176,8 @@ def zeros(shape: Shape, dtype: Any = np.float64, *, stream: Any = 0) -> Any:
     session = graph_allocation_session(handle, "ng.zeros()")
     if session is not None:
         _nbytes(shape, dtype, "ng.zeros()")
-        array = graph_allocate(session, shape, dtype, stream, "ng.zeros()")
+        array = graph_allocate(session, shape, dtype, _backend.as_numba_stream(stream),
+                               "ng.zeros()")
         # On the stream that allocated it (a stream forked into the capture
         # allocates on its own), or the capture's own when none is named.
         _backend.memset_zero(array, handle or session.handle)

@@ -33,6 +33,7 @@ __all__ = [
     "HostCallbackError",
     "CudaInHostCallbackError",
     "DeviceMismatchError",
+    "KernelArgumentError",
     "NumbagraphWarning",
     "CaptureWarning",
     "GraphedWarning",
@@ -195,6 +196,16 @@ class DeviceMismatchError(NumbagraphError, ValueError):
     on a stream whose device is not current), or an op's arrays live on
     another device than its stream. Raised before anything is launched or
     recorded; the message names both devices and the fix."""
+
+
+class KernelArgumentError(NumbagraphError, TypeError):
+    """A kernel launch kept by [launch_record][numbagraph.launch_record], or
+    compiled by [precompile][numbagraph.precompile], was given arguments it
+    cannot take: a host array (NumPy), which a kept launch cannot copy to the
+    device at each launch; or, for a kernel compiled for explicit
+    signatures, arguments that convert to none of them, or to several
+    equally well. The message names the argument or the signatures and the
+    fix. Raised before anything is compiled or launched."""
 
 
 class NumbagraphWarning(UserWarning):

@@ -15,11 +15,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from . import _registry
+import numpy as np
+from numba.cuda.args import ArgHint
+
+from . import _foreign, _registry
 from ._graphmem import held as _graph_memory_held
 from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _sessions
 from .backend import active as _backend
+from .errors import KernelArgumentError
 from .precompile import _stand_in
 
 __all__ = ["launch_record", "LaunchRecord"]
@@ -40,6 +44,8 @@ class LaunchRecord:
         griddim = tuple(griddim) if isinstance(griddim, list) else griddim
         blockdim = tuple(blockdim) if isinstance(blockdim, list) else blockdim
         self._handle = _backend.stream_handle(stream)
+        for i, arg in enumerate(args):
+            _refuse_host(kernel, i, arg)
         stand_ins = tuple(_stand_in(a) for a in args)
         _backend.compile_kernel(kernel, stand_ins)
         self._kernel, self._grid, self._block = kernel, griddim, blockdim
@@ -47,7 +53,8 @@ class LaunchRecord:
         self._types = _backend.argument_types(kernel, stand_ins)
         # Validates the configuration as numba does, once; its normalised
         # dimensions are the ones launched.
-        self._configured = kernel[griddim, blockdim, stream, sharedmem]
+        self._configured = kernel[griddim, blockdim, _backend.as_numba_stream(stream),
+                                  sharedmem]
         self._grid = getattr(self._configured, "griddim", griddim)
         self._block = getattr(self._configured, "blockdim", blockdim)
         # Held while set_arg replaces the arguments: threads setting
@@ -98,6 +105,9 @@ class LaunchRecord:
             ``value`` is not of the type the kernel was compiled for at
             ``index`` (say which, and what was given). The record keeps its
             arguments.
+        KernelArgumentError
+            ``value`` is a host array (NumPy): copy it to the device with
+            ``cuda.to_device``. The record keeps its arguments.
         """
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"set_arg takes an argument position (int), not {index!r}")
@@ -105,6 +115,7 @@ class LaunchRecord:
             raise IndexError(
                 f"set_arg({index}): the record has {len(self._args)} arguments")
         index %= len(self._args)
+        _refuse_host(self._kernel, index, value)
         expected = self._types[index]
         try:
             given = _backend.argument_types(self._kernel, (_stand_in(value),))[0]
@@ -127,6 +138,21 @@ class LaunchRecord:
                 f"{len(self._args)} arguments>")
 
 
+def _refuse_host(kernel: Any, index: int, value: Any) -> None:
+    """A record passes the same memory at every launch: a host array, which
+    numba would copy to the device and back at each launch (a copy no
+    capture records), is refused, naming the fix."""
+    if getattr(value, "__cuda_ndarray__", False) or type(value) in _registry.device_wrappers:
+        return
+    if isinstance(value, (np.ndarray, ArgHint)) or _foreign.on_host(value):
+        name = getattr(getattr(kernel, "py_func", kernel), "__name__", "the kernel")
+        raise KernelArgumentError(
+            f"argument {index} given to {name} is a host array ({type(value).__name__}): "
+            "a launch record passes device memory, the same at every launch. Copy it "
+            "to the device once (cuda.to_device(a, stream=s)), pass that, and copy "
+            "results back with copy_to_host")
+
+
 def launch_record(kernel: Any, griddim: Any, blockdim: Any, stream: Any, *args: Any,
                   sharedmem: int = 0) -> LaunchRecord:
     """A kernel launch kept ready for a hot loop: ``rec.launch()`` launches
@@ -144,7 +170,8 @@ def launch_record(kernel: Any, griddim: Any, blockdim: Any, stream: Any, *args: 
         As in ``kernel[griddim, blockdim]``: an int, or a tuple (or list) of
         up to three ints.
     stream
-        The stream it launches on.
+        The stream it launches on: a numba or cuda.core stream, or any
+        object with ``__cuda_stream__``.
     *args
         The kernel's arguments: device arrays, numbers, DeviceScalars,
         Conditions.
@@ -161,6 +188,13 @@ def launch_record(kernel: Any, griddim: Any, blockdim: Any, stream: Any, *args: 
     TypeError
         ``kernel`` is not a ``@cuda.jit`` kernel, ``stream`` is not a
         stream, or an argument is of no type numba passes to a kernel.
+    KernelArgumentError
+        An argument is a host array (NumPy), which a record cannot copy to
+        the device at each launch: copy it once with ``cuda.to_device``. Or
+        the kernel was compiled for explicit signatures and the arguments
+        convert to none of them, or to several equally well (a number that
+        converts, as a Python int to ``int32``, launches the one numba's
+        own launch picks).
     ValueError
         ``sharedmem`` is not a byte count, or the launch configuration is
         one numba refuses.

@@ -181,7 +181,7 @@ def increment(counter: DeviceScalar, by: Any = 1, *, stream: Any = None) -> None
     step = _step_for(counter, by, "ng.increment")
     stream = counter.stream if stream is None else stream
     handle = _backend.stream_handle(stream)
-    _add[1, 1, stream](counter, step)
+    _add[1, 1, _backend.as_numba_stream(stream)](counter, step)
     if _registry.sessions and _registry.on(handle) is None:
         counter._warn_if_meant_for_a_capture(f"ng.increment(by={by!r})", stream)
 
@@ -272,7 +272,7 @@ class RepeatLoop:
                 f"`@ng.repeat(pos, until=n, unroll={self._asked})` above `def step(loop): ...`. "
                 "Nothing was recorded; the capture goes on")
         self._check_place()
-        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        s, scalar = _backend.as_numba_stream(self._stream), isinstance(self.until, DeviceScalar)
         self.unroll = 1
         # The loop's condition is set by a kernel before the loop, so a
         # counter already at its limit runs no pass.
@@ -290,7 +290,8 @@ class RepeatLoop:
             return False
         if exc_type is None:
             try:
-                s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+                s = _backend.as_numba_stream(self._stream)
+                scalar = isinstance(self.until, DeviceScalar)
                 (_pass_below_scalar if scalar else _pass_below)[1, 1, s](
                     self.counter, self._step, self.until, self.cond)
             except BaseException as err:
@@ -324,7 +325,7 @@ class RepeatLoop:
             raise ConditionalError(
                 f"{self._stream!r} is not capturing: ng.repeat records a loop only "
                 "inside `with ng.capture(stream):`")
-        s, scalar = self._stream, isinstance(self.until, DeviceScalar)
+        s, scalar = _backend.as_numba_stream(self._stream), isinstance(self.until, DeviceScalar)
         release = _registry.release_when_idle
         state = _backend.loop_memory(2, np.int32, release)
         slots = _backend.loop_memory(MAX_UNROLL, np.dtype(self.counter.dtype), release)
@@ -543,7 +544,7 @@ def stop_when(cond: Condition, value: Any, *, below: Any = None, above: Any = No
     kernel = _stop_below if above is None else _stop_above
     read: Any = value
     dtype = np.dtype(read.dtype)
-    kernel[1, 1, home](value, _typed_limit(dtype, limit), cond)
+    kernel[1, 1, _backend.as_numba_stream(home)](value, _typed_limit(dtype, limit), cond)
 
 
 def _typed_limit(dtype: np.dtype, limit: Any) -> Any:

@@ -50,6 +50,11 @@ def precompile(kernel: Any, *args: Any) -> None:
     TypeError
         ``kernel`` is not a ``@cuda.jit`` kernel, or an argument has no type
         numba can pass to a kernel.
+    KernelArgumentError
+        The kernel was compiled for explicit signatures and the arguments
+        convert to none of them, or to several equally well. Arguments that
+        convert to one, as numba's own launch converts them, need no
+        compile.
 
     Examples
     --------

@@ -215,7 +215,7 @@ class DeviceScalar:
                 "inside the capture")
         self._device = _backend.stream_device_id(self._stream)
         with _on_device(self._device):
-            self._dev = cuda.to_device(initial, stream=self._stream)
+            self._dev = cuda.to_device(initial, stream=_backend.as_numba_stream(self._stream))
             self._store = _backend.scalar_store(self._dev, dtype, self._handle)
 
     @property
@@ -315,7 +315,7 @@ class DeviceScalar:
                     "scalar.update(value) in the capture to set it")
                 guard_host_wait(self._handle, "DeviceScalar.value")
             with _on_device(self._device):
-                host = self._dev.copy_to_host(stream=self._stream)
+                host = self._dev.copy_to_host(stream=_backend.as_numba_stream(self._stream))
                 _backend.synchronize(self._handle)
         if _host_attention[0]:
             _hostcalls.report("DeviceScalar.value")

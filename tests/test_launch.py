@@ -6,6 +6,8 @@ through ``kernel[...]`` (numbagraph's path wherever it applies) or a launch
 record; the outputs must be equal bit for bit.
 """
 
+import functools
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -255,6 +257,63 @@ def test_a_launch_record_refuses_a_bad_configuration(stream):
         ng.launch_record(scale_into, 1, 4, stream, x, 1.0, x, sharedmem=-1)
     with pytest.raises(TypeError):
         ng.launch_record(lambda: None, 1, 4, stream)
+
+
+def test_a_launch_record_refuses_a_host_array_naming_it_and_the_fix(stream):
+    out = cuda.to_device(np.zeros(4, np.float32), stream=stream)
+    with pytest.raises(ng.KernelArgumentError, match=r"argument 0 .*host array.*cuda\.to_device"):
+        ng.launch_record(scale_into, 1, 4, stream, np.ones(4, np.float32), 1.0, out)
+
+
+def test_set_arg_refuses_a_host_array_and_keeps_the_arguments(stream):
+    x = cuda.to_device(np.ones(4, np.float32), stream=stream)
+    rec = ng.launch_record(scale_into, 1, 4, stream, x, np.float32(1), x)
+    with pytest.raises(ng.KernelArgumentError, match=r"argument 2 .*cuda\.to_device"):
+        rec.set_arg(2, np.zeros(4, np.float32))
+    assert rec.args[2] is x
+
+
+@functools.cache
+def add_explicit(*signatures):
+    """``x += v``, compiled (when first asked for) for ``signatures`` only."""
+    @cuda.jit(list(signatures))
+    def add(x, v):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] += v
+
+    return add
+
+
+INT_OR_FLOAT = ("void(int32[::1], int32)", "void(float64[::1], float64)")
+INT_OR_UNSIGNED = ("void(int32[::1], int32)", "void(int32[::1], uint32)")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=["int32", "float64"])
+def test_a_python_int_takes_the_explicit_signature_numba_picks(stream, dtype):
+    x = cuda.to_device(np.ones(4, dtype), stream=stream)
+    rec = ng.launch_record(add_explicit(*INT_OR_FLOAT), 1, 4, stream, x, 5)
+    rec.launch()
+    got = x.copy_to_host(stream=stream)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, 6)
+
+
+def test_precompile_takes_what_an_explicit_signature_converts(stream):
+    x = cuda.to_device(np.ones(4, np.int32), stream=stream)
+    ng.precompile(add_explicit(*INT_OR_FLOAT), x, 5)
+
+
+@pytest.mark.driver_only(reason="the simulator runs kernels as Python, of any signature")
+@pytest.mark.parametrize("dtype, how", [
+    (np.int32, "convert equally well to"),
+    (np.float32, "convert to none of them"),
+], ids=["several", "none"])
+def test_arguments_no_one_signature_takes_are_refused_naming_them(stream, dtype, how):
+    x = cuda.to_device(np.ones(4, dtype), stream=stream)
+    with pytest.raises(ng.KernelArgumentError, match=how) as err:
+        ng.launch_record(add_explicit(*INT_OR_UNSIGNED), 1, 4, stream, x, 5)
+    assert "(array(int32, 1d, C), int32); (array(int32, 1d, C), uint32)" in str(err.value)
 
 
 @pytest.mark.driver_only(reason="the fast path exists only on the driver")

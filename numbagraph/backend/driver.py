@@ -18,13 +18,14 @@ from cuda.bindings import driver as cu
 from cuda.core import Stream as _CoreStream
 from numba import cuda
 from numba.cuda import types as numba_types
+from numba.cuda.typeconv import Conversion
 from numba.cuda.dispatcher import CUDADispatcher
 
 from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _numba_driver
 
 from ._streams import stream_handle  # noqa: F401  (a backend member)
-from ..errors import GraphClosedError
+from ..errors import GraphClosedError, KernelArgumentError
 from ._arguments import checked_types
 from .driver_ops import device_count as _device_count
 from .driver_base import (
@@ -349,9 +350,58 @@ def in_kernel() -> bool:
 
 
 def compile_kernel(dispatcher: Any, args: tuple) -> None:
-    """numba's compile for a signature, typed as a launch types its arguments."""
+    """numba's compile for a signature, typed as a launch types its arguments.
+    A kernel of explicit signatures compiles no other: its launch converts
+    the arguments to one of them, which must be there to pick."""
     types = argument_types(dispatcher, args)  # checks the kernel first
-    dispatcher.compile(types)
+    if (types in dispatcher.overloads or dispatcher._can_compile
+            or getattr(dispatcher, "specialized", False)):
+        dispatcher.compile(types)
+        return
+    _picked_overload(dispatcher, types)
+
+
+# What each conversion counts in numba's rating of an overload: (unsafe,
+# safe, promotions), the fewest unsafe conversions first.
+_RATED = {Conversion.exact: (0, 0, 0), Conversion.promote: (0, 0, 1),
+          Conversion.safe: (0, 1, 0), Conversion.unsafe: (1, 0, 0)}
+
+
+def _picked_overload(dispatcher: Any, types: tuple) -> tuple:
+    """The argument types of the overload a launch of a kernel that compiles
+    no other picks for arguments of ``types``: as numba's dispatcher rates
+    them (its type manager's selectOverload), each argument converted to
+    the overload's type, the fewest unsafe conversions winning, then the
+    fewest safe ones, then the fewest promotions. KernelArgumentError,
+    naming the signatures, where none converts or several rate the same
+    (numba refuses that launch as ambiguous)."""
+    typing = dispatcher.typingctx
+    rated: list[tuple[tuple[int, ...], tuple]] = []
+    for formal in dispatcher.overloads:
+        if len(formal) != len(types):
+            continue
+        counts = [_RATED.get(typing.can_convert(given, wanted)) for given, wanted
+                  in zip(types, formal)]
+        if None not in counts:
+            rated.append((tuple(map(sum, zip((0, 0, 0), *counts))), formal))
+    best = min((rating for rating, _ in rated), default=None)
+    picked = [formal for rating, formal in rated if rating == best]
+    if len(picked) == 1:
+        return picked[0]
+
+    def listed(signatures: Any) -> str:
+        return "; ".join(f"({', '.join(map(str, s))})" for s in signatures)
+
+    given = ", ".join(map(str, types))
+    how = ("convert to none of them" if not picked else
+           f"convert equally well to {listed(picked)}, so numba would not know which "
+           "to launch")
+    raise KernelArgumentError(
+        f"{_kernel_name(dispatcher)} was compiled for explicit signatures only "
+        f"({listed(dispatcher.overloads)}) and compiles no other, and arguments of types "
+        f"({given}) {how}. Pass arguments of one signature's types: an array of its "
+        "dtype and layout, a number as a NumPy scalar of its type (np.int32(5), "
+        "np.float64(5))")
 
 
 def argument_types(dispatcher: Any, args: tuple) -> tuple:

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 from cuda.bindings import driver as cu
+from cuda.core import Stream as _CoreStream
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
 
@@ -41,6 +42,7 @@ from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _driver
 
+from ._streams import stream_handle
 from .driver import _context_key
 from .driver_base import DriverError
 from .interface import LaunchHook, Patch, fast_launch_off
@@ -552,6 +554,21 @@ def _numba_stream(handle: int) -> Any:
             _fallback_streams.clear()
         stream = _fallback_streams[handle] = cuda.external_stream(handle)
     return stream
+
+
+# The streams numba's calls take as they are; any other stream is passed to
+# numba as an external stream over its handle.
+_NUMBA_STREAMS = (_driver.Stream, _CoreStream)
+
+
+def as_numba_stream(stream: Any) -> Any:
+    """``stream`` as numba's calls take it: itself for a numba or cuda.core
+    stream, 0 for the default stream, else ``cuda.external_stream`` of its
+    handle, made once per handle."""
+    if isinstance(stream, _NUMBA_STREAMS):
+        return stream
+    handle = stream_handle(stream)
+    return 0 if handle == 0 else _numba_stream(handle)
 
 
 def repeatable_types() -> tuple[frozenset, frozenset]:

@@ -206,6 +206,14 @@ class Backend(Protocol):
         """The handle of a numba, cuda.core or foreign stream (an object with
         ``__cuda_stream__``), or of an int; TypeError for anything else."""
 
+    def as_numba_stream(self, stream: Any) -> Any:
+        """``stream``, any stream :meth:`stream_handle` takes, as numba's own
+        calls take a stream (``cuda.to_device(stream=)``, ``kernel[grid,
+        block, stream]``, ``copy_to_host(stream=)``): itself when numba takes
+        it (a numba or cuda.core stream), 0 for the default stream, else a
+        numba stream over its handle, made once per handle; TypeError for
+        anything else."""
+
     def is_capturing(self, handle: int) -> bool:
         """Whether the stream captures, by numbagraph or anyone else."""
 

@@ -74,6 +74,26 @@ _STREAM_FUNCTIONS = {
 }
 
 
+_numba_streams: dict[int, Any] = {}
+
+
+def as_numba_stream(stream: Any) -> Any:
+    """``stream`` as the simulator's calls take it: itself for a simulated
+    stream, 0 for the default stream, else a simulated stream of its handle,
+    made once per handle."""
+    if isinstance(stream, _Stream):
+        return stream
+    handle = stream_handle(stream)
+    if handle == 0:
+        return 0
+    made = _numba_streams.get(handle)
+    if made is None:
+        if len(_numba_streams) > 1024:
+            _numba_streams.clear()
+        made = _numba_streams[handle] = _Stream(handle)
+    return made
+
+
 def synchronize(handle: int) -> None:
     """Simulated work is finished when its call returns."""
 
