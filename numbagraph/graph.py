@@ -33,7 +33,7 @@ class _Resources:
     graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
-                 "operands", "device", "lock", "source")
+                 "operands", "device", "lock", "source", "runners", "retired")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
@@ -47,6 +47,12 @@ class _Resources:
         # while it does: a rebinding, a description or an update from this
         # graph reads that definition, under that graph's lock too.
         self.source: _Resources | None = None
+        # How many graphs' sources this is, and, once this graph is closed
+        # while some are, its executable: their nodes are described, and
+        # they are rebound, from its definition, which goes with the last
+        # of them (updated again, closed or dropped).
+        self.runners = 0
+        self.retired: Any = None
         # The ordinal of the graph's device, on which its memory is freed.
         self.device = device
         self.keepalive = keepalive
@@ -74,8 +80,14 @@ class _Resources:
         return [*self.keepalive, *(entry[2] for entry in self.spans)]
 
     def release(self) -> None:
-        executable, self.executable = self.executable, None
-        self.source = None
+        with _runners_lock:
+            executable, self.executable = self.executable, None
+            if self.runners and executable is not None:
+                self.retired, executable = executable, None
+            source, self.source = self.source, None
+            done = None if source is None else source.let_go()
+        if done is not None:
+            release_when_idle(functools.partial(_free, done, [], set()))
         keepalive, self.keepalive = self.arrays(), []
         self.spans = None
         memory, owned = self.memory, []
@@ -90,6 +102,27 @@ class _Resources:
             None if memory is None else memory.stream,
             None if memory is None else memory.stream_object, self.device))
 
+    def run_from(self, source: "_Resources | None") -> None:
+        """Run the parameters of ``source``'s definition (None: its own)
+        from now on; the source run until now is let go."""
+        with _runners_lock:
+            old, self.source = self.source, source
+            if source is not None:
+                source.runners += 1
+            done = None if old is None else old.let_go()
+        if done is not None:
+            release_when_idle(functools.partial(_free, done, [], set()))
+
+    def let_go(self) -> Any:
+        """One graph fewer runs this one's definition: its executable, kept
+        since it was closed, once no graph does; else None. Call with
+        ``_runners_lock`` held."""
+        self.runners -= 1
+        if self.runners or self.retired is None:
+            return None
+        retired, self.retired = self.retired, None
+        return retired
+
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
         :meth:`release` does."""
@@ -100,6 +133,12 @@ class _Resources:
             self.release()
         except Exception:  # noqa: BLE001  at interpreter exit the driver may be gone
             return
+
+
+# Held while a graph's source, or the count of graphs whose source it is,
+# changes: a source's graph may close on one thread while another lets it go.
+# Reentrant: a graph let go may be finalized at once.
+_runners_lock = threading.RLock()
 
 
 def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[Any] = (),
@@ -491,7 +530,10 @@ class CapturedGraph:
     def update(self, other: "CapturedGraph") -> None:
         """Take the kernel arguments and scalars of ``other``, a graph of the
         same shape (same kernels and launch configurations in the same
-        order), without re-instantiating. ``other`` stays usable.
+        order), without re-instantiating. ``other`` stays usable, and may be
+        closed or dropped: this graph keeps its definition, which its nodes
+        are described and rebound from, until it is updated again or
+        closed.
 
         Parameters
         ----------
@@ -570,7 +612,7 @@ class CapturedGraph:
         # The executable runs the parameters of other's definition, or of the
         # one other runs (the backend's choice too), until updated again.
         runs = other._res.source or other._res
-        self._res.source = None if runs is self._res else runs
+        self._res.run_from(None if runs is self._res else runs)
         self._res.drop(superseded)
 
     def rebind(self, mapping: Any) -> None:
@@ -786,8 +828,10 @@ class CapturedGraph:
         with). A memset gives its bytes and value, a copy its bytes and
         direction, a memory node the bytes it allocates or frees. The
         records describe the work as captured, or as taken by
-        [update][numbagraph.CapturedGraph.update]: a rebinding keeps every
-        shape and dtype, and they keep the names of what was captured.
+        [update][numbagraph.CapturedGraph.update], whatever became of the
+        graph it was taken from (closed or dropped since): a rebinding
+        keeps every shape and dtype, and they keep the names of what was
+        captured.
 
         Raises
         ------

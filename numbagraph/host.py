@@ -21,7 +21,11 @@ Rules of host callbacks:
   launch, a capture, a graph launch, a scalar update or read, a copy, an
   allocation, a wait).
 * A capture keeps ``fn`` and ``args`` alive for as long as its graph may run
-  them; a graph's rebinding or update does not change ``args``.
+  them, and lets go of them as soon as it may not: on the driver once the
+  driver drops the graph's user object (it calls its destructor on a thread
+  of its own, once the graph is closed and its launches have finished,
+  often a little after ``close()`` returns); on the simulator at
+  ``close()``. A graph's rebinding or update does not change ``args``.
 * Not inside a conditional block (while_loop, if_then, if_else, switch,
   repeat): CUDA runs a conditional body on the device, with no host nodes.
 """

@@ -2,9 +2,8 @@
 
 During a capture, CUDA refuses some calls with a cryptic error that
 invalidates the whole capture (``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``,
-``..._IMPLICIT``), and records others silently into a graph that then does
-the wrong thing (``copy_to_host(stream=s)`` becomes a copy into a temporary
-that nobody reads). This module holds the checks of numba's entry points,
+``..._IMPLICIT``), and would record others into a graph whose replays do
+not do what the call did (``x[i]`` would return before its copy ran). This module holds the checks of numba's entry points,
 run before the driver sees them, on both backends, so that each such
 operation raises a :class:`~numbagraph.errors.UncapturableOperationError`
 that names it, says why it cannot be captured and what to do instead. The
@@ -16,8 +15,8 @@ every kernel launch passes through.
 Which calls are refused depends on the capture mode, as in CUDA:
 
 * Stream rules, in every mode: nothing may synchronise a capturing stream,
-  copy between host and device on it, or pass a host array to a kernel on
-  it; a stream made to wait on an event recorded in a capture joins it, and
+  copy between host and device on it (a copy into memory CUDA allocated
+  page-locked is recorded), or pass a host array to a kernel on it; a stream made to wait on an event recorded in a capture joins it, and
   is one of its streams until it ends (:mod:`numbagraph._forks`), but not a
   stream of another capture; nothing may use the legacy default stream
   while a (blocking) stream captures; nothing may synchronise the device, or
@@ -405,10 +404,27 @@ def _check_host_blocking(cls: type, operation: str) -> None:
                 _BLOCKING_WHY.format(_mode_clause(blockers)), _BLOCKING_INSTEAD)
 
 
-def guard_device_to_host(operation: str, handle: int | None, instead: str | None = None) -> None:
+# What CUDA does with a copy into pageable memory, the reason every copy to
+# the host but one into memory it allocated page-locked is refused.
+_PAGEABLE = (
+    "CUDA makes a copy into pageable memory through a pinned buffer of the "
+    "driver's and returns only once the copy has completed, but a capturing "
+    "stream runs nothing until its graph is launched"
+)
+_PINNED_INSTEAD = (
+    "read results after the graph has run (graph.launch(), then "
+    "x.copy_to_host(stream=s)), or record a copy into pinned memory made before "
+    "the capture: x.copy_to_host(cuda.pinned_array(x.shape, x.dtype), stream=s), "
+    "a copy node each launch of the graph runs"
+)
+
+
+def guard_device_to_host(operation: str, handle: int | None, instead: str | None = None,
+                         why: str | None = None) -> None:
     """Refuse ``operation``, a copy to the host enqueued on the stream
     ``handle``, where it would break a capture; ``instead`` replaces the
-    advice given."""
+    advice given, ``why`` the reason (where the copy is not numba's copy
+    into a NumPy array of its own)."""
     # An asynchronous copy to the host on another stream is allowed, as CUDA
     # allows it in every mode; waiting for it is what blocks.
     blockers = _stream_blockers(handle)
@@ -418,15 +434,11 @@ def guard_device_to_host(operation: str, handle: int | None, instead: str | None
         why = _LEGACY_WHY
         advice = "read results after the capture ends and the graph has run"
     else:
-        why = (
-            "a capturing stream runs nothing, so the graph would record a copy "
-            "into a temporary host buffer that nothing reads, and this call "
-            "would return before any data arrived"
+        why = why or (
+            "numba reads the device through a copy into a NumPy array it makes, "
+            "pageable host memory, and " + _PAGEABLE
         )
-        advice = (
-            "read results after the graph has run: graph.launch(), then "
-            "x.copy_to_host(stream=s)"
-        )
+        advice = _PINNED_INSTEAD
     _refuse(HostCopyInCaptureError, operation, blockers, why, instead or advice)
 
 
@@ -439,7 +451,54 @@ def _check_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = Non
 
 
 def _check_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> None:
-    guard_device_to_host("copy_to_host()", _array_handle(self, stream))
+    what = "a new NumPy array" if ary is None else "the array given, which is"
+    guard_device_to_host(
+        "copy_to_host()", _array_handle(self, stream),
+        "copy into an array made before the capture by cuda.pinned_array or "
+        "cuda.mapped_array: x.copy_to_host(pinned, stream=s) is recorded as a copy "
+        "node, which each launch of the graph runs, and the graph keeps the array "
+        "alive; or read results after the graph has run (graph.launch(), then "
+        "x.copy_to_host(stream=s))",
+        f"numba copies into {what} not memory CUDA allocated page-locked; "
+        + _PAGEABLE + " (memory cuda.pinned() pins stays pinned only for its block, "
+        "which a graph outlives)")
+
+
+def _recorded_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Any:
+    """``copy_to_host(ary, stream=s)`` into memory CUDA allocated page-locked,
+    on a stream a capture records: a copy node, the graph keeping ``ary`` and
+    the device array alive; returns ``ary``. None where the check decides
+    (no such memory, or a stream no capture of numbagraph's records)."""
+    handle = _array_handle(self, stream)
+    if ary is None or handle is None or _is_legacy(handle):
+        return None
+    session = _registry.on(handle)
+    if session is None:
+        return None
+    host = _backend.pinned_host_array(ary)
+    if host is None:
+        return None
+    raise_if_invalidated(session)
+    _check_same_layout(self, host)
+    session.keep((self, ary))
+    _backend.copy_to_host_async(host, self, handle)
+    return ary
+
+
+def _check_same_layout(dev: Any, host: np.ndarray) -> None:
+    """numba's check of a copy's arrays: the same dtype, and the same shape
+    and strides once dimensions of 1 are dropped."""
+    if np.dtype(dev.dtype) != host.dtype:
+        raise TypeError(f"copy_to_host(): incompatible dtype: {dev.dtype} vs. {host.dtype}")
+    kept = [(n, s) for n, s in zip(dev.shape, dev.strides) if n != 1]
+    given = [(n, s) for n, s in zip(host.shape, host.strides) if n != 1]
+    if [n for n, _ in kept] != [n for n, _ in given]:
+        raise ValueError(f"copy_to_host(): incompatible shape: {dev.shape} vs. {host.shape}")
+    if host.size and [s for _, s in kept] != [s for _, s in given]:
+        raise ValueError(
+            f"copy_to_host(): incompatible strides: {dev.strides} vs. {host.strides}; inside "
+            "a capture the device array is copied as a whole into a pinned array of its "
+            "layout")
 
 
 def _check_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
@@ -1221,6 +1280,13 @@ def _memory_to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = No
 
 
 def _memory_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> None:
+    handle = _array_handle(self, stream)
+    if (_sessions and ary is not None and handle is not None and not _is_legacy(handle)
+            and _registry.on(handle) is not None
+            and _backend.pinned_host_array(ary) is not None):
+        # A copy the capture records: work on its stream, not a host access.
+        check_graph_memory((self,), handle, "copy_to_host() into pinned memory")
+        return
     check_graph_memory((self,), None, "copy_to_host()", host=True)
 
 
@@ -1271,9 +1337,10 @@ CHECKS: dict[str, dict[str, Check]] = {
     },
     # methods of numba's device array classes
     "array": {
-        "copy_to_host": Check(_check_copy_to_host, "refused on a capturing stream, "
-                                                   "where it would copy nothing now",
-                              memory=_memory_copy_to_host),
+        "copy_to_host": Check(_check_copy_to_host, "on a capturing stream, a copy into "
+                              "memory CUDA allocated page-locked is recorded, kept with "
+                              "the graph; one into other host memory is refused",
+                              instead=_recorded_copy_to_host, memory=_memory_copy_to_host),
         "copy_to_device": Check(_check_copy_to_device, "a host copy is refused on a "
                                 "capturing stream; a device copy is kept with the graph",
                                 memory=_memory_copy_to_device),

@@ -183,6 +183,42 @@ def test_update_keeps_only_what_the_graph_now_uses(stream, kernels, warm_add):
     np.testing.assert_array_equal(superseded[-1]().copy_to_host(stream=stream), 1.0)
 
 
+def test_a_graph_updated_from_a_closed_graph_is_rebound_as_it_runs(stream, kernels, warm_add):
+    _, one = warm_add
+    x, y, z = (device_zeros(32, stream=stream) for _ in range(3))
+    graphs = []
+    for target in (x, y):
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](target, one)
+        graphs.append(cap.graph)
+    graph, source = graphs
+    graph.update(source)
+    source.close()
+    graph.rebind({y: z})                 # y: what it runs since the update
+    graph.launch()
+    hosts = [a.copy_to_host(stream=stream) for a in (x, y, z)]
+    np.testing.assert_array_equal(hosts, [np.zeros(32), np.zeros(32), np.ones(32)])
+
+
+def test_an_update_from_a_graph_whose_source_was_closed_takes_what_it_runs(
+        stream, kernels, warm_add):
+    _, one = warm_add
+    arrays = [device_zeros(32, stream=stream) for _ in range(3)]
+    graphs = []
+    for target in arrays:
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](target, one)
+        graphs.append(cap.graph)
+    g1, g2, g3 = graphs
+    g1.update(g2)
+    g2.close()
+    g3.update(g1)                        # g1 runs g2's arguments
+    g1.close()
+    g3.launch()
+    hosts = [a.copy_to_host(stream=stream) for a in arrays]
+    np.testing.assert_array_equal(hosts, [np.zeros(32), np.ones(32), np.zeros(32)])
+
+
 def test_another_thread_replays_a_graph_while_a_global_capture_runs(stream, other_stream, kernels):
     import threading
 

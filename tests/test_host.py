@@ -25,6 +25,19 @@ def count(total):
         total[0] += 1
 
 
+@cuda.jit
+def fill_from(d, pos):
+    """d[i] = pos + i: what a read-back must see."""
+    i = cuda.grid(1)
+    if i < d.size:
+        d[i] = pos[0] + i
+
+
+# Pinned host memory numba makes, which a capture records a copy into.
+PINNED = [pytest.param(lambda n: cuda.pinned_array(n, np.float32), id="pinned_array"),
+          pytest.param(lambda n: cuda.mapped_array(n, np.float32), id="mapped_array")]
+
+
 @pytest.fixture(autouse=True)
 def no_error_left_behind():
     """Each test reports every error its callbacks raised."""
@@ -33,6 +46,12 @@ def no_error_left_behind():
         cuda.synchronize()
     except ng.HostCallbackError as exc:
         pytest.fail(f"the test left a host callback's error unreported: {exc}")
+
+
+def gone(alive):
+    """Whether the object ``alive`` (a weak reference) refers to is freed."""
+    gc.collect()
+    return alive() is None
 
 
 def wait_until(predicate, what, seconds=20.0):
@@ -155,12 +174,72 @@ def test_a_replay_loop_watches_a_recorded_read_back_without_synchronising(stream
     assert pos.value == 5
 
 
+@pytest.mark.parametrize("make", PINNED)
+def test_copy_to_host_into_pinned_memory_is_a_copy_node_each_launch_runs(stream, make):
+    pos = ng.DeviceScalar(0, np.float32, stream=stream)
+    d = cuda.device_array(4, np.float32, stream=stream)
+    fill_from[1, 4, stream](d, pos)
+    pinned = make(4)
+    with ng.capture(stream) as cap:
+        fill_from[1, 4, stream](d, pos)
+        assert d.copy_to_host(pinned, stream=stream) is pinned
+    assert [(n.kind, n.direction) for n in cap.graph.nodes] == [
+        ("kernel", None), ("memcpy", "device to host")]
+    for value in (3, 7):
+        pos.update(value)
+        cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(np.asarray(pinned), [7, 8, 9, 10])
+
+
+def test_the_graph_keeps_the_pinned_array_it_copies_into_alive(stream):
+    pos = ng.DeviceScalar(5, np.float32, stream=stream)
+    d = cuda.device_array(4, np.float32, stream=stream)
+    fill_from[1, 4, stream](d, pos)
+    pinned = cuda.pinned_array(4, np.float32)
+    memory = pinned
+    while isinstance(memory, np.ndarray):
+        memory = memory.base                 # the page-locked allocation
+    alive = weakref.ref(memory)
+    with ng.capture(stream) as cap:
+        fill_from[1, 4, stream](d, pos)
+        d.copy_to_host(pinned, stream=stream)
+    graph = cap.graph
+    del pinned, memory, cap
+    gc.collect()
+    assert alive() is not None
+    graph.launch()
+    stream.synchronize()
+    graph.close()
+    gc.collect()
+    assert alive() is None
+
+
+@pytest.mark.parametrize("make", PINNED)
+def test_copy_to_host_into_pinned_memory_is_recorded_in_a_conditional_body(stream, make):
+    pos = ng.DeviceScalar(0, np.int32, stream=stream)
+    d = cuda.device_array(4, np.float32, stream=stream)
+    fill_from[1, 4, stream](d, pos)
+    pinned = make(4)
+    with ng.capture(stream) as cap:
+        with ng.repeat(pos, until=3):
+            fill_from[1, 4, stream](d, pos)
+            d.copy_to_host(pinned, stream=stream)    # each pass: where the loop is
+    (loop,) = [n for n in cap.graph.nodes if n.kind == "conditional"]
+    assert ("memcpy", "device to host") in [(n.kind, n.direction) for n in loop.body]
+    cap.graph.launch()
+    stream.synchronize()
+    np.testing.assert_array_equal(np.asarray(pinned), [2, 3, 4, 5])
+
+
 def test_a_copy_into_pageable_memory_stays_refused_in_a_capture(stream):
     pos = ng.DeviceScalar(3, np.int32, stream=stream)
     pageable = np.zeros(1, np.int32)
     with pytest.raises(ng.CaptureInvalidatedError):
         with ng.capture(stream):
-            with pytest.raises(ng.HostCopyInCaptureError, match="copy_to_host"):
+            with pytest.raises(ng.HostCopyInCaptureError,
+                               match=r"copy_to_host\(\).*not memory CUDA allocated page-locked"
+                                     r".*pageable.*cuda\.pinned_array"):
                 pos.inner().copy_to_host(pageable, stream=stream)
     with ng.capture(stream):
         with pytest.raises(TypeError, match="copies into a HostScalar"):
@@ -168,6 +247,17 @@ def test_a_copy_into_pageable_memory_stays_refused_in_a_capture(stream):
         ng.increment(pos)
     assert not ng.is_capturing(stream)
     assert pageable[0] == 0
+
+
+def test_memory_pinned_for_a_block_by_cuda_pinned_is_refused_in_a_capture(stream):
+    d = cuda.device_array(4, np.float32, stream=stream)
+    registered = np.zeros(4, np.float32)
+    with cuda.pinned(registered):
+        with pytest.raises(ng.CaptureInvalidatedError):
+            with ng.capture(stream):
+                with pytest.raises(ng.HostCopyInCaptureError, match="cuda.pinned"):
+                    d.copy_to_host(registered, stream=stream)
+    assert not ng.is_capturing(stream)
 
 
 # ---------------------------------------------------------------- errors
@@ -386,17 +476,37 @@ def test_the_graph_keeps_fn_and_its_arguments_alive(stream):
     stream.synchronize()
     assert seen == [7, 7]
     graph.close()
-    del graph
-    # Let go of once no graph may run them (on the driver, when its user
-    # object goes; a later callback drops the last reference).
-    deadline = time.monotonic() + 20
-    while fn_alive() is not None or box_alive() is not None:
-        if time.monotonic() > deadline:
-            pytest.fail("a closed graph still holds its callback")
-        ng.on_host(seen.append, "later", stream=stream)
-        stream.synchronize()
-        gc.collect()
-        time.sleep(0.001)
+
+
+def remember(into, box):
+    into.append(box.value)
+
+
+def test_a_closed_graph_lets_go_of_fn_and_its_arguments(stream):
+    seen, box = [], Box(7)
+    box_alive = weakref.ref(box)
+    with ng.capture(stream) as cap:
+        ng.on_host(remember, seen, box, stream=stream)
+    graph = cap.graph
+    del box, cap
+    graph.launch()
+    graph.close()
+    stream.synchronize()
+    gc.collect()
+    # On the driver, once the driver has called the destructor of the user
+    # object the graph owned, which it does on a thread of its own.
+    wait_until(lambda: gone(box_alive), "the release of a closed graph's callback", 10)
+    assert seen == [7]
+
+
+def test_a_callback_run_once_lets_go_of_its_arguments(stream):
+    seen, box = [], Box(3)
+    box_alive = weakref.ref(box)
+    ng.on_host(remember, seen, box, stream=stream)
+    del box
+    stream.synchronize()
+    wait_until(lambda: gone(box_alive), "the release of a callback that ran", 10)
+    assert seen == [3]
 
 
 def test_closing_a_graph_right_after_launching_it_still_calls_back(stream):

@@ -419,6 +419,23 @@ def test_an_updated_graph_describes_what_it_took(stream, x, y, warm):
     assert graph.nodes[0].args[1].value == 7
 
 
+@pytest.mark.parametrize("fate", ["closed", "dropped"])
+def test_an_updated_graph_describes_what_it_runs_whatever_became_of_its_source(
+        stream, x, y, warm, fate):
+    with ng.capture(stream) as first:
+        shift[1, 32, stream](x, 1)
+    with ng.capture(stream) as second:
+        shift[1, 32, stream](y, 7)
+    graph = first.graph
+    graph.update(second.graph)
+    if fate == "closed":
+        second.graph.close()
+    del second
+    gc.collect()
+    (node,) = graph.nodes
+    assert (node.name, node.args[1].value) == ("shift", 7)
+
+
 # ---------------------------------------------------------------- text
 
 

@@ -20,9 +20,12 @@ What keeps a call alive:
   launching it therefore still runs its callbacks.
 
 The trampoline and the destructor run on the driver's thread, which must
-call no CUDA; the last reference to a spent call is dropped later, on a
-thread of the program (at the next ``host_call``), since dropping it may
-free device memory its arguments held.
+call no CUDA; the last reference to a spent call (run once, or forgotten by
+the destructor) is dropped on a thread of numbagraph's own, which they wake,
+since dropping it may free device memory its arguments held. So a closed
+graph's callbacks and their arguments go as soon as the driver has called
+the destructor, which it does on its own thread once the graph is destroyed
+and its launches have finished.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import atexit
 import ctypes
 import itertools
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -48,9 +52,44 @@ _MOVE = int(cu.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE)
 # token -> a call enqueued to run once / a call a graph's host node runs.
 _once: dict[int, Callable[[], None]] = {}
 _recorded: dict[int, Callable[[], None]] = {}
-# Calls done with, whose last reference is dropped on a thread of the program.
+# Calls done with, whose last reference the release thread drops once woken.
 _spent: list[Callable[[], None]] = []
+_wake = threading.Event()
+_releaser: list[threading.Thread] = []
 _tokens = itertools.count(1)
+
+
+def _done_with(call: Callable[[], None]) -> None:
+    """Hand ``call`` to the release thread (from the driver's thread)."""
+    _spent.append(call)
+    _wake.set()
+
+
+def _release_spent(ctx: Any) -> None:
+    """The release thread: drops the calls the driver is done with, with
+    ``ctx`` current (dropping an argument may free its device memory)."""
+    if ctx is not None:
+        cu.cuCtxSetCurrent(ctx)
+    while True:
+        _wake.wait()
+        _wake.clear()
+        while _spent:
+            try:
+                _spent.pop()
+            except IndexError:
+                break
+            except BaseException:  # noqa: BLE001  a finalizer's error must not end the thread
+                pass
+
+
+def _start_releaser() -> None:
+    """Start the release thread, in the context current here."""
+    err, ctx = cu.cuCtxGetCurrent()
+    thread = threading.Thread(target=_release_spent,
+                              args=(None if err or not int(ctx) else ctx,),
+                              name="numbagraph-host-calls", daemon=True)
+    _releaser[:] = [thread]
+    thread.start()
 
 
 def _run(token: int | None) -> None:
@@ -67,14 +106,14 @@ def _run(token: int | None) -> None:
     except BaseException:  # noqa: BLE001  nothing on the driver's thread can take it
         pass
     if once:
-        _spent.append(call)
+        _done_with(call)
 
 
 def _release(token: int | None) -> None:
     """The user object's destructor: no graph runs the call any more."""
     call = _recorded.pop(token or 0, None)
     if call is not None:
-        _spent.append(call)
+        _done_with(call)
 
 
 # Made once, never freed: every host node and user object points at these.
@@ -128,7 +167,8 @@ def _hold_for_graph(handle: int, token: int) -> None:
 def host_call(handle: int, call: Callable[[], None]) -> None:
     """``cuLaunchHostFunc`` of ``call`` on the stream: a host node while it
     captures, held by the graph; otherwise run once, in stream order."""
-    _spent.clear()  # calls the driver's thread is done with go here
+    if not _releaser or not _releaser[0].is_alive():
+        _start_releaser()
     lib = _libcuda()
     token = next(_tokens)
     recorded = capture_status(handle) == CAPTURE_ACTIVE

@@ -288,6 +288,25 @@ def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     raise_for("cuMemcpyDtoHAsync", err)
 
 
+def pinned_host_array(obj: Any) -> np.ndarray | None:
+    """``obj`` (as a plain NumPy array: numba's mapped arrays are device
+    arrays too) when it is a contiguous NumPy array whose first and last
+    bytes lie in memory ``cuMemHostAlloc`` made, which ``cuMemHostGetFlags``
+    answers for, and refuses for pageable memory and memory
+    ``cuMemHostRegister`` pinned for a while; else None."""
+    if not isinstance(obj, np.ndarray):
+        return None
+    host = obj if type(obj) is np.ndarray else np.ndarray.view(obj, np.ndarray)
+    if not host.nbytes or not (host.flags.c_contiguous or host.flags.f_contiguous):
+        return None
+    start = host.ctypes.data
+    for address in (start, start + host.nbytes - 1):
+        err, _ = cu.cuMemHostGetFlags(address)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+    return host
+
+
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
     """Page-locked host memory mapped into the device's address space."""
     return cuda.mapped_array(size, dtype)

@@ -394,6 +394,14 @@ class Backend(Protocol):
         """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same
         size) on the stream, without waiting: a copy node in a capture."""
 
+    def pinned_host_array(self, obj: Any) -> np.ndarray | None:
+        """The NumPy array over ``obj``'s memory when ``obj`` is a contiguous
+        array in host memory CUDA allocated page-locked (``cuda.pinned_array``,
+        ``cuda.mapped_array``, another library's pinned allocation), which a
+        copy writes without staging and a capture records as a copy node;
+        None for pageable memory, memory pinned only for a while
+        (``cuda.pinned``), an empty array or anything else."""
+
     # ------------------------------------------------------------ host callbacks
 
     def host_call(self, handle: int, call: Callable[[], None]) -> None:

@@ -575,6 +575,75 @@ def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
     return np.zeros(size, dtype)
 
 
+class _PageLocked(bytearray):
+    """The memory of the simulator's pinned and mapped arrays, marked as
+    CUDA's page-locked memory is, so that a copy into it is recorded in a
+    capture and one into other host memory refused, as on the GPU."""
+
+
+def _page_locked(shape: Any, dtype: Any, strides: Any, order: str) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if strides is None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    else:
+        nbytes = 0 if 0 in shape else dtype.itemsize + sum(
+            (n - 1) * abs(s) for n, s in zip(shape, strides))
+    return np.ndarray(shape, dtype, buffer=_PageLocked(max(nbytes, 1)), strides=strides,
+                      order=order)
+
+
+def _pinned_array(shape, dtype=np.float64, strides=None, order="C"):
+    """``cuda.pinned_array``: a host array over simulated page-locked memory."""
+    return _page_locked(shape, dtype, strides, order)
+
+
+def _pinned_array_like(ary):
+    """``cuda.pinned_array_like``, over simulated page-locked memory."""
+    return _page_locked(ary.shape, ary.dtype,
+                        _sim_devicearray._contiguous_strides_like_array(ary),
+                        _sim_devicearray._order_like_array(ary))
+
+
+class _MappedArray(_FakeArray):
+    """A mapped array (``cuda.mapped_array``): memory the host and the device
+    both read. As numba's ``MappedNDArray`` on the driver, an ndarray, its
+    elements are read and written on the host with no CUDA call: in a host
+    callback, and during a capture, too (issue 33). Kernels take it as any
+    simulated device array."""
+
+    def __getitem__(self, idx: Any) -> Any:
+        item = self._ary[idx]
+        return _MappedArray(item, stream=self.stream) if type(item) is np.ndarray else item
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        self._ary[idx] = value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._ary if dtype is None else self._ary.astype(dtype, copy=False)
+
+
+def _mapped_array(shape, dtype=np.float64, strides=None, order="C", stream=0,
+                  portable=False, wc=False):
+    """``cuda.mapped_array``: the simulator's device array, over simulated
+    page-locked memory."""
+    return _MappedArray(_page_locked(shape, dtype, strides, order), stream=stream)
+
+
+def pinned_host_array(obj: Any) -> np.ndarray | None:
+    """The array over ``obj``'s memory (a mapped array's own) when that is
+    contiguous and made by ``cuda.pinned_array`` or ``cuda.mapped_array``."""
+    host = obj._ary if isinstance(obj, _FakeArray) else obj
+    if not isinstance(host, np.ndarray) or not host.nbytes:
+        return None
+    if not (host.flags.c_contiguous or host.flags.f_contiguous):
+        return None
+    base: Any = host
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return host if isinstance(base, _PageLocked) else None
+
+
 def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     """Copy ``dev`` into ``host`` on the stream (recorded while it captures)."""
     _record_or_run(handle, functools.partial(_device_to_host, host, dev._ary))
@@ -629,6 +698,13 @@ def numba_patches(on_launch: LaunchHook) -> tuple[Patch, ...]:
         Patch(_FakeArray, "__hash__", _replace(_identity_hash),
               "simulated device arrays are hashable by identity, as numba's device "
               "arrays are, so that they can key a rebind() mapping"),
+        *(Patch(cuda, name, _replace(function),
+                "pinned and mapped arrays are made over memory marked page-locked, so "
+                "that a capture records a copy into one and refuses one into other "
+                "host memory, as on the GPU")
+          for name, function in (("pinned_array", _pinned_array),
+                                 ("pinned_array_like", _pinned_array_like),
+                                 ("mapped_array", _mapped_array))),
         Patch(_FakeArray, "copy_to_device", _replace(_device_copy),
               "a device-to-device copy on a capturing stream is recorded, as on the GPU"),
         Patch(shared, "array", _replace(_shared_array),
