@@ -531,3 +531,23 @@ def test_an_eager_callback_outlives_the_caller_dropping_it(stream):
     gc.collect()
     stream.synchronize()
     assert seen == [3]
+
+
+def test_a_callback_reads_and_writes_a_mapped_array_as_host_memory(stream):
+    mapped = cuda.mapped_array(4, np.float32)
+    pos = ng.DeviceScalar(1.0, np.float32, stream=stream)
+    seen = []
+
+    def look():
+        seen.append([float(mapped[i]) for i in range(4)])
+        mapped[0] = -1.0
+
+    fill_from[1, 4, stream](mapped, pos)
+    with ng.capture(stream) as cap:
+        fill_from[1, 4, stream](mapped, pos)
+        ng.on_host(look, stream=stream)
+    pos.update(10.0)
+    cap.graph.launch()
+    stream.synchronize()                 # raises what the callback raised
+    assert seen == [[10.0, 11.0, 12.0, 13.0]]
+    assert float(mapped[0]) == -1.0
