@@ -205,7 +205,13 @@ class KernelArgumentError(NumbagraphError, TypeError):
     device at each launch; or, for a kernel compiled for explicit
     signatures, arguments that convert to none of them, or to several
     equally well. The message names the argument or the signatures and the
-    fix. Raised before anything is compiled or launched."""
+    fix. Raised before anything is compiled or launched.
+
+    Also raised by a launch inside a capture of a kernel that numba cannot
+    compile for its arguments (a number where the kernel indexes its
+    parameter, ``n[0]``: pass a DeviceScalar), before anything is recorded;
+    the capture goes on. The simulator, which compiles nothing, refuses only
+    a number the kernel's source indexes (docs/capture.md)."""
 
 
 class NumbagraphWarning(UserWarning):

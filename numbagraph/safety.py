@@ -1017,6 +1017,7 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
             wrapped = True
     if _held[0]:
         check_graph_memory(args, handle, kernel)
+    recording = None
     if _sessions:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
         launched = args
@@ -1028,18 +1029,23 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
                 for arg in args:
                     if type(arg) in wrappers:
                         refuse_other_device(arg, session, f"launching {_kernel_name(kernel)}")
-            session.keepalive.append((kernel, args))
+            recording = session, (kernel, args)
         args = launched
     elif check:
         args = _outside_captures(handle, kernel, args)
-    if not wrapped:
-        return args
-    unwrapped = list(args)
-    for i, arg in enumerate(unwrapped):
-        unwrap = wrappers.get(type(arg))
-        if unwrap is not None:
-            unwrapped[i] = unwrap(arg)
-    return tuple(unwrapped)
+    if wrapped:
+        unwrapped = list(args)
+        for i, arg in enumerate(unwrapped):
+            unwrap = wrappers.get(type(arg))
+            if unwrap is not None:
+                unwrapped[i] = unwrap(arg)
+        args = tuple(unwrapped)
+    if recording is not None:
+        # A kernel numba cannot type with these arguments is refused before
+        # the capture keeps the launch, as it would fail at it (issue 33).
+        _backend.type_launch(kernel, args)
+        recording[0].keepalive.append(recording[1])
+    return args
 
 
 # ---------------------------------------------------------------- public

@@ -517,3 +517,34 @@ def test_a_capture_being_ended_still_counts_as_running(stream, kernels, warm_add
     ng.abort_capture(stream)
     assert seen == [(True, True)]
     assert not ng.is_capturing(stream) and session not in _registry.active()
+
+
+# ---------------------------------------------------------------- kernels numba cannot type
+
+def test_a_number_where_a_kernel_indexes_one_is_refused_at_the_launch(stream, kernels, warm_add):
+    x, one = warm_add
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.KernelArgumentError,
+                           match=r"argument 1 \(pos\) given to add_scalar is a float.*DeviceScalar"):
+            kernels.add[1, 32, stream](x, 1.0)
+        kernels.add[1, 32, stream](x, one)         # the capture goes on
+    assert [node.args[1].kind for node in cap.graph.nodes] == ["DeviceScalar"]
+    cap.graph.launch()
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
+@cuda.jit
+def takes_a_length(x, n):
+    x[0] = len(n)
+
+
+@pytest.mark.driver_only("the simulator runs kernels as Python and types none")
+def test_a_kernel_numba_cannot_type_is_refused_at_the_launch_naming_its_arguments(
+        stream, kernels, warm_add):
+    x, one = warm_add
+    with ng.capture(stream) as cap:
+        with pytest.raises(ng.KernelArgumentError,
+                           match=r"takes_a_length\(x: array\(float32, 1d, C\), n: float64\)"):
+            takes_a_length[1, 1, stream](x, 1.5)
+        kernels.add[1, 32, stream](x, one)
+    assert cap.graph.num_nodes == 1

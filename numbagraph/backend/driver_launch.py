@@ -37,6 +37,8 @@ from cuda.bindings import driver as cu
 from cuda.core import Stream as _CoreStream
 from numba.cuda import types as numba_types
 from numba.cuda.dispatcher import CUDADispatcher, _DispatcherBase, _Kernel
+from numba.core import errors as _core_errors
+from numba.cuda.core import errors as _cuda_errors
 
 from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
@@ -44,6 +46,8 @@ from numba.cuda.cudadrv import driver as _driver
 
 from ._streams import stream_handle
 from .driver import _context_key
+from .driver import argument_types
+from ._arguments import untyped_launch
 from .driver_base import DriverError
 from .interface import LaunchHook, Patch, fast_launch_off
 
@@ -487,6 +491,34 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
         return original(self, on_launch(handle, self, args), launch_config)
 
     return call
+
+
+# numba's typing failures: numba-cuda's own class, and numba's.
+_TYPING_ERRORS = tuple({_cuda_errors.TypingError, _core_errors.TypingError})
+
+
+def type_launch(dispatcher: Any, args: tuple) -> None:
+    """Compile ``dispatcher`` for ``args`` where numba's launch would (a
+    signature not compiled yet), before a capture records the launch: a
+    kernel numba cannot type with them is refused with the error that names
+    the argument. A kernel of explicit signatures compiles nothing (numba's
+    launch converts to one of them or refuses); any other failure is left
+    to numba's launch to raise."""
+    if (not isinstance(dispatcher, CUDADispatcher) or getattr(dispatcher, "specialized", False)
+            or not dispatcher._can_compile):
+        return
+    if FAST and plan_for(dispatcher, args, _context_key()) is not None:
+        return  # compiled for exactly these types
+    types = argument_types(dispatcher, args)
+    if types in dispatcher.overloads:
+        return
+    try:
+        dispatcher.compile(types)
+    except _TYPING_ERRORS as exc:
+        name = dispatcher.py_func.__name__
+        raise untyped_launch(name, dispatcher.py_func, args, types, str(exc)) from exc
+    except Exception:  # noqa: BLE001  numba's launch raises its own error
+        return
 
 
 def _forgetting_plans(original: Callable) -> Callable:

@@ -289,6 +289,14 @@ class Backend(Protocol):
         explicit signature, with its argument layout worked out once;
         ``on_launch`` applies as to every launch."""
 
+    def type_launch(self, dispatcher: Any, args: tuple) -> None:
+        """Refuse a launch of the kernel with ``args`` (no wrappers) that
+        numba cannot type, before a capture records it: KernelArgumentError
+        naming the argument (a number the kernel indexes, which a
+        DeviceScalar replaces). The driver compiles what numba's launch
+        would; the simulator, which types nothing, refuses what the kernel's
+        source shows."""
+
     # ------------------------------------------------------------ scalars
 
     def scalar_store(self, dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None]:

@@ -28,7 +28,7 @@ from numba import typeof as _numba_typeof
 from numba.cuda import types as _numba_types
 from numba.cuda.np import numpy_support as _numpy_support
 
-from ._arguments import checked_types
+from ._arguments import checked_types, indexed_numbers, untyped_launch
 from ._streams import capture_key, stream_handle  # noqa: F401  (stream_handle: a backend member)
 from .interface import LaunchHook, Move, Patch, fast_launch_off
 
@@ -358,6 +358,17 @@ def argument_types(dispatcher: Any, args: tuple) -> tuple:
         raise TypeError(
             f"ng.precompile takes a @cuda.jit kernel, not {type(dispatcher).__name__}")
     return checked_types(dispatcher.fn.__name__, _numba_typeof, args)
+
+
+def type_launch(dispatcher: Any, args: tuple) -> None:
+    """Refuse, before a capture records it, a launch that the driver's numba
+    could not compile: simulated kernels run as Python and are not typed,
+    so what is refused is what the kernel's source shows, a number given
+    where the kernel indexes its parameter (``n[0]``). Other typing errors
+    surface as the kernel runs, at the graph's launch."""
+    py_func = dispatcher.fn
+    if indexed_numbers(py_func, args):
+        raise untyped_launch(py_func.__name__, py_func, args, None, "")
 
 
 def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle: int,
