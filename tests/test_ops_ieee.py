@@ -181,14 +181,15 @@ FLOAT_VALUES = [NAN, INF, -INF, 2.7, -2.7, 0.5, -0.5, 127.0, -128.0, 300.0, -300
 
 def device_int(value, dtype):
     """The device's float-to-integer conversion (PTX ``cvt.rzi``, which
-    saturates): NaN gives 0, other values truncate toward zero and stop at
+    saturates): NaN gives 0 (into 64 bits, the top bit alone, as on the H200),
+    other values truncate toward zero and stop at
     the limits of ``dtype``, or of 16 bits for an 8-bit ``dtype``, whose
     low byte is stored."""
     info = np.iinfo(dtype)
     bits = max(info.bits, 16)
     low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if info.min else (0, (1 << bits) - 1)
     if math.isnan(value):
-        n = 0
+        n = 1 << 63 if info.bits == 64 else 0
     else:
         n = high if value >= high else low if value <= low else int(value)
     return np.array(n % (1 << info.bits), np.uint64).astype(dtype)  # keeps the low bits
@@ -207,7 +208,7 @@ SATURATED = {
     np.int32: {NAN: 0, INF: 2**31 - 1, -INF: -2**31, 1e20: 2**31 - 1, -1e20: -2**31,
                3e9: 2**31 - 1, 2.7: 2, -2.7: -2},
     np.uint32: {NAN: 0, INF: 2**32 - 1, -INF: 0, -1.0: 0, 5e9: 2**32 - 1, 2.7: 2},
-    np.int64: {NAN: 0, INF: 2**63 - 1, -INF: -2**63, 1e20: 2**63 - 1, -1e20: -2**63},
+    np.int64: {NAN: -2**63, INF: 2**63 - 1, -INF: -2**63, 1e20: 2**63 - 1, -1e20: -2**63},
     np.int8: {NAN: 0, 300.0: 44, 40000.0: -1, -40000.0: 0, INF: -1, -INF: 0},
     np.uint8: {NAN: 0, 300.0: 44, -1.0: 0, 70000.0: 255, INF: 255},
 }

@@ -294,7 +294,7 @@ def pinned_host_array(obj: Any) -> np.ndarray | None:
     bytes lie in memory ``cuMemHostAlloc`` made, which ``cuMemHostGetFlags``
     answers for, and refuses for pageable memory and memory
     ``cuMemHostRegister`` pinned for a while; else None."""
-    if not isinstance(obj, np.ndarray):
+    if not isinstance(obj, np.ndarray) or not _numba_page_locked(obj):
         return None
     host = obj if type(obj) is np.ndarray else np.ndarray.view(obj, np.ndarray)
     if not host.nbytes or not (host.flags.c_contiguous or host.flags.f_contiguous):
@@ -305,6 +305,24 @@ def pinned_host_array(obj: Any) -> np.ndarray | None:
         if err != cu.CUresult.CUDA_SUCCESS:
             return None
     return host
+
+
+def _numba_page_locked(obj: Any) -> bool:
+    """Whether ``obj``'s memory is owned by numba's page-locked allocation
+    (``cuda.pinned_array``, ``cuda.mapped_array`` and views of them): the
+    driver answers ``cuMemHostGetFlags`` for memory ``cuda.pinned`` registers
+    for a block too, which a graph would outlive."""
+    from numba.cuda.cudadrv.driver import MappedMemory, PinnedMemory
+
+    owner = obj
+    for _ in range(8):
+        if isinstance(owner, (PinnedMemory, MappedMemory)):
+            return True
+        inner = getattr(owner, "obj", None) if isinstance(owner, memoryview) else None
+        owner = inner if inner is not None else getattr(owner, "base", None)
+        if owner is None:
+            return False
+    return False
 
 
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
