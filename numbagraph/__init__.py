@@ -27,7 +27,7 @@ from .precompile import precompile  # noqa: F401
 from . import dist  # noqa: F401  (ng.dist; NCCL is imported at its first communicator)
 from .scalar import *  # noqa: F401,F403
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # numba's entry points are checked, and launches pass through numbagraph,
 # from here on.

@@ -10,7 +10,7 @@ the arrays alive. Every rank must replay its graph, as it would make the
 calls, for the collectives to meet.
 
 On the CUDA driver this needs NCCL through nvidia's ``nccl4py``
-(``pip install numbagraph[dist]``), imported the first time a communicator
+(``pip install -e ".[dist]"``), imported the first time a communicator
 is made; ``import numbagraph`` never imports it. On Numba's simulator a
 process is one rank: a communicator of world size 1, whose collectives copy
 their input into their output, recorded in captures like other device work.
@@ -56,7 +56,7 @@ __all__ = [
     "INSTALL",
 ]
 
-INSTALL = "pip install numbagraph[dist]"
+INSTALL = 'pip install -e ".[dist]"'
 
 # NCCL's ncclDataType_t, by NumPy dtype (bfloat16 by name: ml_dtypes').
 _DATATYPES = {
@@ -417,8 +417,8 @@ def init(*, rank: int | None = None, world_size: int | None = None,
     Raises
     ------
     DistError
-        NCCL cannot run here (on the driver without ``pip install
-        numbagraph[dist]``; more than one rank on the simulator), the
+        NCCL cannot run here (on the driver without nccl4py: ``pip install
+        -e ".[dist]"``; more than one rank on the simulator), the
         arguments or the launcher's environment do not fit, a capture is in
         progress (a communicator allocates device memory), rank 0's unique
         id could not be exchanged at ``MASTER_ADDR:MASTER_PORT`` (the error

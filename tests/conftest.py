@@ -14,7 +14,7 @@ try:
 except ImportError:
     ml_dtypes = None
 
-# bfloat16 arrays are ml_dtypes' (pip install numbagraph[bfloat16]); a dtype
+# bfloat16 arrays are ml_dtypes' (pip install -e ".[bfloat16]"); a dtype
 # parameter for the ops that take it.
 BF16 = pytest.param(
     ml_dtypes.bfloat16 if ml_dtypes is not None else None, id="bfloat16",

@@ -5,7 +5,7 @@ results of both paths, batches, views and transposes; captures, replays,
 remembered eager calls, threads; what a graph holding cuBLAS nodes refuses.
 
 The tests marked driver_only run cuBLAS itself: they need the CUDA driver
-and nvmath-python (``pip install numbagraph[blas]``). On the simulator, the
+and nvmath-python (``pip install -e ".[blas]"``). On the simulator, the
 cuBLAS path runs with a stand-in for nvmath's cuBLAS that computes as cuBLAS
 does on the simulator's memory: the handles, workspaces, arguments and
 capture bookkeeping are numbagraph's own, checked on both backends."""
@@ -220,7 +220,7 @@ def test_without_nvmath_matmul_runs_the_numba_kernel_and_cublas_by_name_says_wha
     for name in ("nvmath", "nvmath.bindings", "nvmath.bindings.cublas"):
         library.setitem(sys.modules, name, None)     # import nvmath fails
     assert ng.matmul_backend() == "numba"
-    with pytest.raises(ng.OpError, match=r"pip install numbagraph\[blas\]"):
+    with pytest.raises(ng.OpError, match=r'pip install -e "\.\[blas\]"'):
         ng.set_matmul_backend("cublas")
     assert _blas.settings.choice == "auto"
     a, b = host((M, K)), host((K, N))

@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 HAS_NCCL = importlib.util.find_spec("nccl") is not None
 needs_nccl = pytest.mark.skipif(
     not ON_SIMULATOR and not HAS_NCCL,
-    reason="collectives on the driver need nccl4py: pip install numbagraph[dist]")
+    reason="collectives on the driver need nccl4py: pip install -e \".[dist]\"")
 simulator_only = pytest.mark.skipif(
     not ON_SIMULATOR, reason="the simulator's model of one rank")
 
@@ -45,7 +45,7 @@ def no_launcher(monkeypatch):
 @pytest.fixture
 def comm(no_launcher):
     if not ON_SIMULATOR and not HAS_NCCL:
-        pytest.skip("collectives on the driver need nccl4py: pip install numbagraph[dist]")
+        pytest.skip("collectives on the driver need nccl4py: pip install -e \".[dist]\"")
     c = ng.dist.init(rank=0, world_size=1)
     yield c
     c.close()
@@ -117,7 +117,7 @@ def test_init_turns_nvlink_multicast_off_where_unset(no_launcher, monkeypatch):
 
 def test_unique_ids_are_128_bytes_and_differ():
     if not ON_SIMULATOR and not HAS_NCCL:
-        pytest.skip("unique ids on the driver come from NCCL: pip install numbagraph[dist]")
+        pytest.skip("unique ids on the driver come from NCCL: pip install -e \".[dist]\"")
     first, second = ng.dist.unique_id(), ng.dist.unique_id()
     assert len(first) == len(second) == 128 and first != second
 
@@ -152,7 +152,7 @@ def test_the_simulator_refuses_several_ranks(no_launcher):
 @pytest.mark.driver_only(reason="the driver imports nccl4py; the simulator needs none")
 @pytest.mark.skipif(HAS_NCCL, reason="nccl4py is installed: its absence cannot be seen")
 def test_the_driver_without_nccl4py_names_the_extra(no_launcher):
-    with pytest.raises(ng.DistError, match=r"pip install numbagraph\[dist\]"):
+    with pytest.raises(ng.DistError, match=r'pip install -e "\.\[dist\]"'):
         ng.dist.init()
 
 
@@ -469,7 +469,7 @@ def _gpus() -> int:
 
 
 @pytest.mark.driver_only(reason="several ranks need several GPUs and NCCL")
-@pytest.mark.skipif(not HAS_NCCL, reason="needs nccl4py: pip install numbagraph[dist]")
+@pytest.mark.skipif(not HAS_NCCL, reason="needs nccl4py: pip install -e \".[dist]\"")
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="needs torchrun (PyTorch)")
 def test_the_example_runs_on_two_gpus_under_torchrun():
     if _gpus() < 2:

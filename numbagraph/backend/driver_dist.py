@@ -1,6 +1,6 @@
 """Collectives on the driver through NCCL, with NVIDIA's nccl4py bindings.
 
-The one module that imports nccl4py (``pip install numbagraph[dist]``), and
+The one module that imports nccl4py (``pip install -e ".[dist]"``), and
 only when a communicator is asked for: ``import numbagraph`` never does.
 NCCL launches its kernels through the CUDA runtime on the stream it is
 given, so a collective on a capturing stream is recorded by the capture as
@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import DistError
 
-INSTALL = "pip install numbagraph[dist]"
+# numbagraph is not on a package index yet: its extras install from its checkout.
+INSTALL = 'pip install -e ".[dist]"'
 
 # [(nccl4py's bindings module or None, why it cannot run or None)], once tried.
 _loaded: list[tuple[Any, str | None]] = []
@@ -27,8 +28,8 @@ def _load() -> tuple[Any, str | None]:
     try:
         from nccl.bindings import nccl
     except ImportError as exc:
-        return None, (f"nccl4py is not installed ({exc}); `{INSTALL}` installs it with "
-                      "NCCL's library")
+        return None, (f"nccl4py is not installed ({exc}); `{INSTALL}`, run from "
+                      "numbagraph's repository root, installs it with NCCL's library")
     except Exception as exc:  # noqa: BLE001  a broken install says why
         return None, f"nccl4py did not import ({type(exc).__name__}: {exc})"
     try:

@@ -94,7 +94,8 @@ def _from_dlpack(obj: Any) -> Any:
     except NotImplementedError as exc:
         raise OpError(
             f"a {name}'s dtype has no NumPy dtype here ({exc}); bfloat16 arrays need "
-            "ml_dtypes: `pip install numbagraph[bfloat16]`") from None
+            "ml_dtypes: `pip install -e \".[bfloat16]\"` from numbagraph's repository "
+            "root") from None
     except Exception as exc:  # noqa: BLE001  the exporter's own error says why
         raise OpError(
             f"a {name} has a dtype the CUDA array interface cannot name, and its "

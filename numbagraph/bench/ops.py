@@ -727,7 +727,7 @@ def run(ctx: Context) -> SuiteResult:
         "and allow_bf16_reduced_precision_reduction off), as numbagraph's do")
     if _BFLOAT16 is None:
         result.notes.append("bfloat16 matmul not measured: ml_dtypes, NumPy's bfloat16, "
-                            "is not installed (pip install numbagraph[bfloat16])")
+                            "is not installed (pip install -e \".[bfloat16]\")")
     result.notes.append(
         f"matvec's '{PERCENT}' rows: (matrix + vector + output bytes) / time over the "
         "device copy's (2 x matrix bytes) / time, in the same trials")

@@ -1,6 +1,6 @@
 """Matrix products through cuBLAS, on the CUDA driver, with nvmath-python.
 
-The one module that imports nvmath (``pip install numbagraph[blas]``), and
+The one module that imports nvmath (``pip install -e ".[blas]"``), and
 only once a matrix product asks for it: ``import numbagraph`` never does.
 ``matmul_into`` asks :func:`plan` whether cuBLAS takes its operands' layout
 and :func:`gemm_call` for the call; where either says no, its numba kernel
@@ -68,7 +68,8 @@ __all__ = [
     "prepare",
 ]
 
-INSTALL = "pip install numbagraph[blas]"
+# numbagraph is not on a package index yet: its extras install from its checkout.
+INSTALL = 'pip install -e ".[blas]"'
 CHOICES = ("auto", "cublas", "numba")
 
 _INT_MAX = 2**31 - 1
@@ -102,7 +103,8 @@ def _load() -> tuple[Any, str | None]:
     try:
         from nvmath.bindings import cublas
     except ImportError as exc:
-        return None, (f"nvmath-python is not installed ({exc}); `{INSTALL}` installs it")
+        return None, (f"nvmath-python is not installed ({exc}); `{INSTALL}`, run from "
+                      "numbagraph's repository root, installs it")
     except Exception as exc:  # noqa: BLE001  a broken install says why
         return None, f"nvmath-python did not import ({type(exc).__name__}: {exc})"
     try:

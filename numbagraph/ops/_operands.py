@@ -41,7 +41,8 @@ __all__ = [
 
 FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
-BFLOAT16_INSTALL = "pip install numbagraph[bfloat16]"
+# numbagraph is not on a package index yet: its extras install from its checkout.
+BFLOAT16_INSTALL = 'pip install -e ".[bfloat16]"'
 
 
 def _bfloat16() -> np.dtype | None:

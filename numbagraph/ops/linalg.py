@@ -47,7 +47,7 @@ def matvec_into(a: Any, x: Any, out: Any, *, stream: Any) -> None:
     """``out = a @ x`` for ``a`` of shape (M, K), ``x`` of shape (K,) and
     ``out`` of shape (M,), all of one dtype (float16 and bfloat16 accumulate
     in float32, int32 in int64; bfloat16 arrays need ml_dtypes, ``pip install
-    numbagraph[bfloat16]``). ``out`` must not share memory with ``a`` or ``x``.
+    -e ".[bfloat16]"``). ``out`` must not share memory with ``a`` or ``x``.
 
     Parameters
     ----------
@@ -412,7 +412,8 @@ def _check_matmul_dtype(dtype: np.dtype, what: str) -> None:
     if BFLOAT16 is None and dtype.kind == "V" and dtype.itemsize == 2:
         raise OpError(
             f"{what} of matmul_into has dtype {dtype}, a 2-byte type NumPy cannot name: "
-            f"bfloat16 needs ml_dtypes (`{BFLOAT16_INSTALL}`)")
+            f"bfloat16 needs ml_dtypes (`{BFLOAT16_INSTALL}` from numbagraph's "
+            "repository root)")
     check_dtype(dtype, MATMUL_DTYPES, what, "matmul_into")
 
 
@@ -421,12 +422,12 @@ def matmul_into(a: Any, b: Any, out: Any, *, stream: Any) -> None:
     batch of products: ``a`` (B, M, K), ``b`` (B, K, N), ``out`` (B, M, N),
     either input 2-D to be used for every batch. All of one dtype: float16
     or bfloat16 (both accumulated in float32; bfloat16 arrays need ml_dtypes,
-    ``pip install numbagraph[bfloat16]``), float32 or float64. Any strides,
+    ``pip install -e ".[bfloat16]"``), float32 or float64. Any strides,
     views and transposes included. ``out`` must not share memory with ``a``
     or ``b``.
 
     On the CUDA driver with nvmath-python installed (``pip install
-    numbagraph[blas]``) the product is cuBLAS's, recorded into a capture as
+    -e ".[blas]"``) the product is cuBLAS's, recorded into a capture as
     cuBLAS's own kernel nodes; float32 runs without TF32 unless
     [set_tf32][numbagraph.set_tf32] allows it. Elsewhere, for layouts cuBLAS
     does not take (a matrix strided along both axes), with ``K`` 0, or after
@@ -542,7 +543,7 @@ def matmul_backend() -> str:
     layouts cuBLAS takes: ``"cublas"`` or ``"numba"``.
 
     ``"cublas"`` on the CUDA driver with nvmath-python installed (``pip
-    install numbagraph[blas]``) and libcublas found, unless
+    install -e ".[blas]"``) and libcublas found, unless
     ``set_matmul_backend("numba")``; ``"numba"`` on the simulator, without
     the extra, or after ``set_matmul_backend("numba")``. Asking imports
     nvmath and loads libcublas the first time, on the driver; it makes no
@@ -590,7 +591,7 @@ def set_matmul_backend(choice: str) -> str:
         ``choice`` is none of the three.
     OpError
         ``"cublas"`` where cuBLAS cannot run: on the simulator, without
-        nvmath-python (``pip install numbagraph[blas]``), or where libcublas
+        nvmath-python (``pip install -e ".[blas]"``), or where libcublas
         is not found; the message says which. The choice is left as it was.
 
     Examples
