@@ -12,10 +12,11 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, collectives, graphed, ops, streams
+from numbagraph.bench import SUITES, collectives, graphed, memory, ops, streams
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Config, Context, Row, SuiteResult
+from numbagraph.bench.report import text_report
 from numbagraph.bench.targets import TARGETS, Target, evaluate
 from numbagraph.bench.timing import Contender, measure_many
 
@@ -86,6 +87,13 @@ def test_every_suite_but_the_examples_runs(tmp_path, capsys):
     printed = capsys.readouterr()
     assert "== targets" in printed.out
     assert "[" in printed.err  # progress lines while it runs
+    targets = printed.out.split("== targets\n")[1].splitlines()
+    assert targets == [f"  n/a   {len(doc['targets'])} targets not judged: simulator "
+                       "timings measure Python (each target in results.md)"]
+    footprints = {r["case"] for r in doc["suites"]["memory"]["rows"] if "graph" in r["case"]}
+    assert footprints == {memory.footprint_case(1, memory.SIMULATED_TEMPORARY),
+                          memory.footprint_case(memory.GRAPHS, memory.SIMULATED_TEMPORARY)}
+    assert "256 MiB" not in printed.out
 
 
 @pytest.fixture(scope="module")
@@ -547,3 +555,36 @@ def test_unjudged_targets_keep_their_ratio_and_say_why():
     assert judged and all(v["verdict"] == "n/a" for v in judged)
     assert judged[0]["why"] == "simulator timings measure Python"
     assert judged[0]["ratio"] == pytest.approx(0.5)
+
+
+def test_printed_limits_keep_three_significant_digits():
+    target = Target("t", "s", "c", "ng", "c", "ref", 1 / 3)
+    printed = text_report([], [target.check({"s": _suite([("c", "ng", 1.0),
+                                                            ("c", "ref", 7.0)])})], "env")
+    assert "(needs <= 0.333)" in printed
+
+
+def test_targets_not_judged_by_the_run_are_one_line():
+    targets = [Target(f"t{i}", "s", "c", "ng", "c", "ref", 1.1) for i in range(3)]
+    verdicts = [t.check({"s": _suite([("c", "ng", 1.0), ("c", "ref", 1.0)])})
+                for t in targets]
+    for v in verdicts:
+        v.update(verdict="n/a", why="simulator timings measure Python")
+    printed = text_report([], verdicts, "env", "simulator timings measure Python")
+    assert printed.split("== targets\n")[1] == (
+        "  n/a   3 targets not judged: simulator timings measure Python "
+        "(each target in results.md)")
+
+
+def test_targets_not_applicable_are_counted_by_reason_after_the_verdicts():
+    rows = [("c", "ng", 1.0), ("c", "ref", 2.0)]
+    verdicts = [Target("judged", "s", "c", "ng", "c", "ref", 1.1).check({"s": _suite(rows)})]
+    verdicts += [Target(f"peer {i}", "s", "c", "ng", "c", "Peer", 1.1).check(
+        {"s": _suite(rows)}) for i in range(2)]
+    verdicts.append(Target("other", "s", "d", "ng", "c", "ref", 1.1).check({"s": _suite(rows)}))
+    printed = text_report([], verdicts, "env").split("== targets\n")[1].splitlines()
+    assert printed == [
+        "  PASS  judged: 1.00 vs 2.00 us = 0.500x (needs <= 1.1)",
+        "  n/a   2 targets: Peer not installed (named in results.md)",
+        "  n/a   other: no ng result for d",
+    ]

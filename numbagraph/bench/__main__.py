@@ -119,10 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             ctx.begin_suite(f"{i}/{len(args.suites)} {name}")
             results.append(_run_suite(ctx, name))
         ctx.begin_suite("report")
-        targets = evaluate(
-            {r.name: r for r in results},
-            unjudged="simulator timings measure Python" if config.simulated else None,
-        )
+        unjudged = "simulator timings measure Python" if config.simulated else None
+        targets = evaluate({r.name: r for r in results}, unjudged=unjudged)
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
         plots, why_no_plots = write_plots(out, results)
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.progress(why_no_plots)
         write_json(out / "results.json", results, targets, env, config)
         (out / "results.md").write_text(markdown_report(results, targets, env_line, plots))
-        print(text_report(results, targets, env_line), flush=True)
+        print(text_report(results, targets, env_line, unjudged), flush=True)
         if args.profile:
             ctx.begin_suite("profile")
             from .profiling import profile_hot_paths

@@ -20,13 +20,20 @@ from .peers import numba_tiny
 from .replay import cupy_stream_tiny, torch_tiny
 from .timing import Contender
 
-__all__ = ["NAME", "TITLE", "run", "CASE", "OP_CASE"]
+__all__ = ["NAME", "TITLE", "run", "CASE", "OP_CASE", "op_case"]
 
 NAME = "eager"
 TITLE = "Launch cost of one tiny kernel"
 UNIT = "us/kernel"
 CASE = "tiny kernel"
-OP_CASE = "add_into, 1024 float32"
+
+
+def op_case(elements: int) -> str:
+    """The name of the case of ``ng.add_into`` on the tiny kernel's array."""
+    return f"add_into, {elements} float32"
+
+
+OP_CASE = op_case(1024)
 
 
 def _launches(ctx: Context, launch, sync, note: str = "", close=None) -> Contender:
@@ -170,8 +177,9 @@ def run(ctx: Context) -> SuiteResult:
     ctx.compare(result, CASE, {p: (lambda s=s: s(ctx)) for p, s in setups.items()},
                 unit=UNIT)
     ctx.attempt(result, "C++", lambda: _cpp(ctx))
-    ctx.compare(result, OP_CASE, {"numbagraph": lambda: _add_into(ctx),
-                                  "PyTorch": lambda: _torch_add(ctx)}, unit=UNIT)
+    ctx.compare(result, op_case(ctx.config.elements),
+                {"numbagraph": lambda: _add_into(ctx), "PyTorch": lambda: _torch_add(ctx)},
+                unit=UNIT)
     result.notes.append(
         f"host clock over {ctx.config.launch_repeats} launches, stopped after the "
         f"stream synchronises; median of {ctx.config.trials} trials after one "

@@ -1,18 +1,19 @@
 """Suite ``memory``: graph-owned memory, against preallocated buffers.
 
-* replay: a step of three kernels through two temporaries (``t1 = 2 x``,
-  ``t2 = t1 + 1``, ``out = t2 - x``), replayed as a graph. numbagraph
-  allocates the temporaries inside the capture and frees them there
-  (``ng.empty`` + ``ng.free``: memory nodes); the peer captured the same
-  kernels on temporaries made before the capture. Host clock over R
-  replays, stopped after the stream synchronises; median of the trials,
-  the peers taking turns. Both outputs are checked first.
+* replay: a step of three kernels through two temporaries of 1 Mi float32
+  (16 on the simulator): ``t1 = 2 x``, ``t2 = t1 + 1``, ``out = t2 - x``,
+  replayed as a graph. numbagraph allocates the temporaries inside the
+  capture and frees them there (``ng.empty`` + ``ng.free``: memory nodes);
+  the peer captured the same kernels on temporaries made before the
+  capture. Host clock over R replays, stopped after the stream
+  synchronises; median of the trials, the peers taking turns. Both outputs
+  are checked first.
 * footprint: eight graphs, each allocating and freeing a temporary of
-  256 MiB inside, launched one after another on one stream: the device's
-  graph memory reserved afterwards (``ng.graph_memory_info().reserved``,
-  trimmed before), against one such graph alone; and the eight graphs of
-  the same kernels on preallocated temporaries (device memory in use
-  before and after making them). In MiB.
+  256 MiB (64 KiB on the simulator) inside, launched one after another on
+  one stream: the device's graph memory reserved afterwards
+  (``ng.graph_memory_info().reserved``, trimmed before), against one such
+  graph alone; and the eight graphs of the same kernels on preallocated
+  temporaries (device memory in use before and after making them). In MiB.
 * capture: what one ``ng.empty`` inside a capture costs the host, against
   one captured kernel launch (us per call; host clock over a capture of
   many calls).
@@ -29,27 +30,38 @@ import numbagraph as ng
 from numbagraph.backend import active as _backend
 
 from .core import Context, Row, SuiteResult, clamp_repeats
+from .graphed import size_label
 from .peers import numba_tiny
 from .timing import Contender
 
 __all__ = ["NAME", "TITLE", "run", "REPLAY", "FOOTPRINT_8", "FOOTPRINT_1", "CAPTURE",
-           "OWNED", "PREALLOCATED", "ALLOCATION", "LAUNCH"]
+           "OWNED", "PREALLOCATED", "ALLOCATION", "LAUNCH", "footprint_case"]
 
 NAME = "memory"
 TITLE = "Graph-owned memory: replay, footprint, capture"
 UNIT = "us/replay"
 
+GRAPHS = 8
+TEMPORARY = 256 << 20
+SIMULATED_TEMPORARY = 64 << 10
+
+
+def footprint_case(graphs: int, nbytes: int) -> str:
+    """The name of the footprint case of ``graphs`` graphs, each with a
+    temporary of ``nbytes`` bytes."""
+    if graphs == 1:
+        return f"1 graph of {size_label(nbytes)} temporaries (MiB)"
+    return f"{graphs} graphs of {size_label(nbytes)} temporaries, one stream (MiB)"
+
+
 REPLAY = "step with two temporaries, replay"
-FOOTPRINT_8 = "8 graphs of 256 MiB temporaries, one stream (MiB)"
-FOOTPRINT_1 = "1 graph of 256 MiB temporaries (MiB)"
+FOOTPRINT_8 = footprint_case(GRAPHS, TEMPORARY)
+FOOTPRINT_1 = footprint_case(1, TEMPORARY)
 CAPTURE = "capture, per call (us)"
 OWNED = "graph-owned"
 PREALLOCATED = "preallocated"
 ALLOCATION = "ng.empty"
 LAUNCH = "kernel launch"
-
-GRAPHS = 8
-TEMPORARY = 256 << 20
 
 
 @cuda.jit
@@ -91,10 +103,18 @@ def _step(s: Any, x: Any, t1: Any, t2: Any, out: Any, grid: tuple[int, int]) -> 
     _minus[grid[0], grid[1], s](t2, x, out)
 
 
+def _replay_elements(simulated: bool) -> int:
+    return 16 if simulated else 1 << 20
+
+
+def _temporary(simulated: bool) -> int:
+    return SIMULATED_TEMPORARY if simulated else TEMPORARY
+
+
 def _replay(ctx: Context, owned: bool) -> Contender:
     cfg = ctx.config
     s = numba_tiny(ctx).stream
-    n = 16 if cfg.simulated else 1 << 20
+    n = _replay_elements(cfg.simulated)
     grid = _grid(n, cfg.simulated)
     x = cuda.to_device(np.arange(n, dtype=np.float32) % 13, stream=s)
     out = cuda.device_array(n, np.float32, stream=s)
@@ -133,7 +153,7 @@ def _footprint(ctx: Context, owned: bool, count: int) -> float:
     launched once on one stream."""
     cfg = ctx.config
     s = numba_tiny(ctx).stream
-    n = ((64 << 10) if cfg.simulated else TEMPORARY) // 4
+    n = _temporary(cfg.simulated) // 4
     blocks, threads = _grid(16 if cfg.simulated else n, cfg.simulated)
     s.synchronize()
     ng.trim_graph_memory()
@@ -202,8 +222,10 @@ def run(ctx: Context) -> SuiteResult:
     result = SuiteResult(NAME, TITLE, UNIT)
     ctx.compare(result, REPLAY, {OWNED: lambda: _replay(ctx, True),
                                  PREALLOCATED: lambda: _replay(ctx, False)}, unit=UNIT)
-    for case, owned, count in ((FOOTPRINT_1, True, 1), (FOOTPRINT_8, True, GRAPHS),
-                               (FOOTPRINT_8, False, GRAPHS)):
+    simulated = ctx.config.simulated
+    temporary = _temporary(simulated)
+    for owned, count in ((True, 1), (True, GRAPHS), (False, GRAPHS)):
+        case = footprint_case(count, temporary)
         peer = OWNED if owned else PREALLOCATED
         with ctx.recording_errors(result, peer):
             ctx.progress(f"{case}: {peer}")
@@ -212,13 +234,13 @@ def run(ctx: Context) -> SuiteResult:
     ctx.compare(result, CAPTURE, {ALLOCATION: lambda: _capture_cost(ctx, True),
                                   LAUNCH: lambda: _capture_cost(ctx, False)},
                 unit="us/call")
-    size = "64 KiB" if ctx.config.simulated else "256 MiB"
+    elements = _replay_elements(simulated)
     result.notes.append(
-        "replay: three kernels through two temporaries of 1 Mi float32, the "
+        f"replay: three kernels through two temporaries of {elements} float32, the "
         "temporaries allocated and freed inside the graph or made before it; host "
         "clock over R replays after the stream synchronises, median of the trials. "
-        f"footprint: graphs each writing a {size} temporary, launched once each on "
-        "one stream; graph memory reserved (graph-owned) or device memory in use "
+        f"footprint: graphs each writing a {size_label(temporary)} temporary, launched "
+        "once each on one stream; graph memory reserved (graph-owned) or device memory in use "
         "(preallocated), before and after. capture: host time of one call inside "
         "a capture of many")
     return result

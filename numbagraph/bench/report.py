@@ -80,12 +80,37 @@ def _verdict_line(t: dict[str, Any]) -> str:
     why = f"; {t['why']}" if t.get("why") else ""
     return (f"  {t['verdict']:<5} {t['target']}: {format_value(t['value'])} vs "
             f"{format_value(t['ref'])} {t['unit']} = {t['ratio']:.3f}x "
-            f"(needs {sign} {t['limit']}{why})")
+            f"(needs {sign} {t['limit']:.3g}{why})")
+
+
+def _target_lines(targets: list[dict[str, Any]], unjudged: str | None) -> list[str]:
+    """A line per verdict of PASS or MISS; the n/a targets counted, in one
+    line for a run whose numbers judge nothing (``unjudged`` says why), or a
+    line per reason (a reason of one target names it)."""
+    lines = [_verdict_line(t) for t in targets if t["verdict"] != "n/a"]
+    unknown = [t for t in targets if t["verdict"] == "n/a"]
+    if unjudged and unknown:
+        return lines + [f"  n/a   {_targets(len(unknown))} not judged: {unjudged} "
+                        "(each target in results.md)"]
+    by_reason: dict[str, list[dict[str, Any]]] = {}
+    for t in unknown:
+        by_reason.setdefault(t["why"], []).append(t)
+    for why, group in by_reason.items():
+        if len(group) == 1:
+            lines.append(_verdict_line(group[0]))
+        else:
+            lines.append(f"  n/a   {_targets(len(group))}: {why} (named in results.md)")
+    return lines
+
+
+def _targets(count: int) -> str:
+    return f"{count} target" + ("" if count == 1 else "s")
 
 
 def text_report(results: list[SuiteResult], targets: list[dict[str, Any]],
-                env_line: str) -> str:
-    """The table printed at the end of a run."""
+                env_line: str, unjudged: str | None = None) -> str:
+    """The table printed at the end of a run. With ``unjudged`` (why the run's
+    numbers judge no target, as on the simulator) the targets are one line."""
     lines = [env_line, ""]
     for result in results:
         lines.append("== " + _heading(result))
@@ -99,7 +124,7 @@ def text_report(results: list[SuiteResult], targets: list[dict[str, Any]],
         lines.append("")
     if targets:
         lines.append("== targets")
-        lines += [_verdict_line(t) for t in targets]
+        lines += _target_lines(targets, unjudged)
     return "\n".join(lines)
 
 
