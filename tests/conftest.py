@@ -36,6 +36,12 @@ def to_host(dev, stream=0):
     return dev.copy_to_host(stream=stream)
 
 
+def records_nothing():
+    """The warning of a capture a test leaves empty on purpose (the work it
+    refuses, or runs elsewhere), expected rather than reported."""
+    return pytest.warns(ng.CaptureWarning, match="recorded nothing")
+
+
 def pytest_report_header(config):
     return f"numbagraph backend: {ng.backend()}"
 

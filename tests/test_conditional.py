@@ -5,6 +5,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from conftest import records_nothing
 from numbagraph import conditional
 
 
@@ -422,7 +423,7 @@ def test_exception_inside_a_block_discards_the_capture(stream, counter):
     [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), ("1", TypeError)],
 )
 def test_bad_default_is_refused(stream, default, error):
-    with ng.capture(stream):
+    with records_nothing(), ng.capture(stream):
         with pytest.raises(error, match="Condition"):
             ng.Condition(default=default)
 
@@ -435,14 +436,14 @@ def test_switch_needs_a_whole_number_of_cases(stream, n):
 
 
 def test_block_needs_a_condition(stream):
-    with ng.capture(stream):
+    with records_nothing(), ng.capture(stream):
         with pytest.raises(TypeError, match="takes an ng.Condition"):
             ng.while_loop(1)
 
 
 def test_cuda_before_12_3_refuses_conditions(stream, monkeypatch):
     monkeypatch.setattr(conditional._backend, "conditional_version", lambda: (12, 2))
-    with ng.capture(stream):
+    with records_nothing(), ng.capture(stream):
         with pytest.raises(ng.ConditionalError, match="needs CUDA 12.3 or newer"):
             ng.Condition(default=1)
 
