@@ -179,9 +179,11 @@ FLOAT_VALUES = [NAN, INF, -INF, 2.7, -2.7, 0.5, -0.5, 127.0, -128.0, 300.0, -300
                 40000.0, -40000.0, 70000.0, 3e9, -3e9, 5e9, 1e19, -1e19, 1e20, -1e20]
 
 
-def device_int(value, dtype):
+def device_int(value, dtype, source=np.float32):
     """The device's float-to-integer conversion (PTX ``cvt.rzi``, which
-    saturates): NaN gives 0 (into 64 bits, the top bit alone, as on the H200),
+    saturates): NaN gives 0 from float16 and float32 into 16 and 32 bits,
+    the top bit of the conversion alone from float64 or into 64 bits (as on
+    the H200),
     other values truncate toward zero and stop at
     the limits of ``dtype``, or of 16 bits for an 8-bit ``dtype``, whose
     low byte is stored."""
@@ -189,7 +191,7 @@ def device_int(value, dtype):
     bits = max(info.bits, 16)
     low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if info.min else (0, (1 << bits) - 1)
     if math.isnan(value):
-        n = 1 << 63 if info.bits == 64 else 0
+        n = 1 << (bits - 1) if bits == 64 or np.dtype(source) == np.float64 else 0
     else:
         n = high if value >= high else low if value <= low else int(value)
     return np.array(n % (1 << info.bits), np.uint64).astype(dtype)  # keeps the low bits
@@ -199,7 +201,7 @@ def device_int(value, dtype):
 @pytest.mark.parametrize("source", FLOATS, ids=name)
 def test_astype_float_to_integer_saturates_and_takes_nan_to_zero(stream, source, target):
     x = array(FLOAT_VALUES, source)
-    want = np.array([device_int(float(v), target) for v in x], target)
+    want = np.array([device_int(float(v), target, source) for v in x], target)
     assert_same(run("astype", [x], target, stream), want)
 
 

@@ -17,6 +17,7 @@ from llvmlite import ir
 from numba import cuda, types
 from numba.cuda.extending import intrinsic
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
+from numba.cuda.cudadrv import devicearray as _devicearray
 
 from ..errors import OpError
 from ._streams import NAMED_HANDLES, stream_handle
@@ -315,6 +316,8 @@ def _numba_page_locked(obj: Any) -> bool:
     for a block too, which a graph would outlive."""
     from numba.cuda.cudadrv.driver import MappedMemory, PinnedMemory
 
+    if isinstance(obj, _devicearray.MappedNDArray):
+        return True  # cuda.mapped_array's own type: always page-locked by numba
     owner = obj
     for _ in range(8):
         if isinstance(owner, (PinnedMemory, MappedMemory)):

@@ -103,8 +103,9 @@ def convert(dtype: np.dtype) -> Callable[[Any], Any]:
     """``v`` as ``dtype``'s scalar, converted as the device's cast converts
     it: what numba's cast compiles to on the driver (fptosi and kin, lowered
     by NVVM to PTX's ``cvt``, which saturates; 8-bit integers are converted
-    to 16 bits, whose low byte the store keeps; NaN gives 0, or the top bit
-    alone into 64 bits, as the H200 does)."""
+    to 16 bits, whose low byte the store keeps; NaN gives the top bit of
+    the conversion alone from a float64 or into 64 bits, else 0, as the
+    H200 does)."""
     dtype = np.dtype(dtype)
     kind = dtype.type
     if dtype.kind == "b":
@@ -120,15 +121,19 @@ def convert(dtype: np.dtype) -> Callable[[Any], Any]:
     low = -(1 << (width - 1)) if signed else 0
     high = (1 << (width - 1)) - 1 if signed else (1 << width) - 1
     mask, sign = (1 << bits) - 1, 1 << (bits - 1)
-    # NaN: 0, except into 64 bits, where the device gives the top bit alone.
-    nan = 1 << 63 if bits == 64 else 0
+    # NaN: the top bit of the conversion alone from a float64, or into 64
+    # bits; 0 from a narrower float into 16 or 32 bits (as the H200 gives).
+    top = 1 << (width - 1)
 
     def to_int(v: Any) -> Any:
         if isinstance(v, (int, np.integer, np.bool_)):
             n = int(v)
         else:
             f = float(v)  # exact for every float type; compared exactly below
-            n = nan if f != f else high if f >= high else low if f <= low else int(f)
+            if f != f:
+                n = top if width == 64 or isinstance(v, float) else 0
+            else:
+                n = high if f >= high else low if f <= low else int(f)
         n &= mask
         return kind(n - (n & sign) * 2 if signed else n)
     return to_int
