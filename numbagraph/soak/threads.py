@@ -273,6 +273,9 @@ class _Sharing:
         self.start = threading.Barrier(plan.threads + 1)
         self.done = threading.Barrier(plan.threads + 1)
         bump[1, w, s](self._zeros(), one)       # compiled before any capture
+        # The step is captured here, before the threads start: a capture on s
+        # would record the launches other threads make on s meanwhile.
+        self.step(self._zeros(), self._zeros())
         s.synchronize()
 
     def _zeros(self) -> Any:
