@@ -200,11 +200,11 @@ class DeviceMismatchError(NumbagraphError, ValueError):
 
 class KernelArgumentError(NumbagraphError, TypeError):
     """A kernel launch kept by [launch_record][numbagraph.launch_record], or
-    compiled by [precompile][numbagraph.precompile], was given arguments it
-    cannot take: a host array (NumPy), which a kept launch cannot copy to the
-    device at each launch; or, for a kernel compiled for explicit
-    signatures, arguments that convert to none of them, or to several
-    equally well. The message names the argument or the signatures and the
+    compiled by [precompile][numbagraph.precompile.precompile], was given
+    arguments it cannot take: a host array (NumPy), which a kept launch cannot
+    copy to the device at each launch; or, for a kernel compiled for explicit
+    signatures, arguments that convert to none of them, or to several equally
+    well. The message names the argument or the signatures and the
     fix. Raised before anything is compiled or launched.
 
     Also raised by a launch inside a capture of a kernel that numba cannot
