@@ -44,7 +44,7 @@ class Session:
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
         "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block", "forks",
-        "blas", "device",
+        "blas", "device", "begun_at",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -54,6 +54,9 @@ class Session:
         # The ordinal of the device the capture records on: its stream's,
         # which was current as it began.
         self.device = 0
+        # (file, line) of the user's code that began it, for the warning of a
+        # program that ends while it is open.
+        self.begun_at: tuple[str, int] | None = None
         self.mode = mode
         self.keepalive: list = []
         # The Thread object, not its ident: idents are reused after a thread

@@ -16,6 +16,8 @@ captures; :mod:`numbagraph._registry` holds the captures in progress.
 
 from __future__ import annotations
 
+import atexit
+import sys
 import warnings
 from typing import Any, Literal
 
@@ -137,14 +139,29 @@ def begin_capture(stream: Any, *, mode: str = "thread_local") -> None:
             "on it and capture that stream"
         )
     device = _current_device_of(stream)
+    where = _user_line()
     _registry.forget_orphans()
     _registry.run_deferred()
     if mode == "global":
         with _registry.no_unsafe_calls:
-            _begin(stream, handle, mode, device)
+            _begin(stream, handle, mode, device, where)
     else:
         # Only this thread's calls are forbidden, and it makes none meanwhile.
-        _begin(stream, handle, mode, device)
+        _begin(stream, handle, mode, device, where)
+
+
+def _user_line() -> tuple[str, int] | None:
+    """(file, line) of the innermost caller outside numbagraph: the user's
+    `with ng.capture`, ``begin_capture`` or graphed call that begins a
+    capture. A few frames walked, for the warning of a program that ends
+    with the capture open."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name != "numbagraph" and not name.startswith("numbagraph."):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def _current_device_of(stream: Any) -> int:
@@ -165,7 +182,8 @@ def _current_device_of(stream: Any) -> int:
     return device
 
 
-def _begin(stream: Any, handle: int, mode: str, device: int) -> None:
+def _begin(stream: Any, handle: int, mode: str, device: int,
+           where: tuple[str, int] | None) -> None:
     with _registry.lock:
         existing = _registry.on(handle)
         if existing is None:
@@ -183,7 +201,8 @@ def _begin(stream: Any, handle: int, mode: str, device: int) -> None:
                     "goes on"
                 )
             try:
-                _registry.add(stream, handle, mode).device = device
+                session = _registry.add(stream, handle, mode)
+                session.device, session.begun_at = device, where
             except Exception as exc:
                 error = translate_driver_error(exc, repr(stream)) or CaptureError(
                     f"could not begin capture on {stream!r}: {exc}"
@@ -453,6 +472,8 @@ class capture:
         self.stream = stream
         self.mode = mode
         self._graph: CapturedGraph | None = None
+        # "made", then "open" inside the block, then "ended" after it.
+        self._state = "made"
 
     @property
     def graph(self) -> CapturedGraph:
@@ -460,18 +481,37 @@ class capture:
 
         Raises
         ------
+        CaptureStateError
+            The capture object was never entered (``cap = ng.capture(s)``
+            without ``with``): no capture began, and the launches made since
+            ran at once.
         CaptureError
             The block has not ended, or it raised and made no graph.
         """
         if self._graph is None:
-            raise CaptureError("the graph exists once the `with ng.capture(...)` block ends")
+            if self._state == "made":
+                raise CaptureStateError(
+                    f"no capture began on {self.stream!r}: this ng.capture(...) was never "
+                    "entered. ng.capture(s) must be used as `with ng.capture(s) as cap:` "
+                    "(or call ng.begin_capture(s), then graph = ng.end_capture(s)); made "
+                    "alone it records nothing, so the launches made on the stream since "
+                    "ran eagerly, at once, and no graph holds them")
+            if self._state == "open":
+                raise CaptureError(
+                    "the graph exists once the `with ng.capture(...)` block ends")
+            raise CaptureError(
+                "the graph exists once the `with ng.capture(...)` block ends, and the "
+                f"block on {self.stream!r} raised, or its capture failed as it ended: "
+                "the capture was discarded and there is no graph")
         return self._graph
 
     def __enter__(self) -> "capture":
         begin_capture(self.stream, mode=self.mode)
+        self._state = "open"
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        self._state = "ended"
         if exc_type is None:
             self._graph = end_capture(self.stream)
             return False
@@ -484,3 +524,26 @@ class capture:
             if translated is not None:
                 raise translated from exc
         return False
+
+
+def _warn_of_open_captures() -> None:
+    """At interpreter exit, name each capture still open: the work launched
+    on its stream was recorded, not run, and no graph of it will launch.
+    Each warning is given as from the line that began the capture."""
+    for session in _registry.active():
+        if session.ending:
+            continue
+        try:
+            stream = repr(session.stream)
+        except Exception:  # noqa: BLE001  nothing may fail at exit
+            stream = f"the stream of handle {session.handle:#x}"
+        file, line = session.begun_at or ("<unknown>", 0)
+        warnings.warn_explicit(
+            f"the program ended while the capture on {stream}, begun at {file}:{line}, "
+            "was open: the work launched on that stream since then was recorded, not "
+            "run, and no graph of it was made. End the capture (ng.end_capture(s), or "
+            "use `with ng.capture(s) as cap:`) and launch its graph",
+            CaptureWarning, file, line)
+
+
+atexit.register(_warn_of_open_captures)

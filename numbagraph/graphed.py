@@ -60,11 +60,13 @@ class _Entry:
     """One captured signature: its graph, the values it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "launch", "bound", "spans", "result")
+    __slots__ = ("graph", "launch", "bound", "spans", "result", "before")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
-                 result: _Result):
+                 result: _Result, before: int = 0):
         self.graph, self.launch, self.result = graph, graph.launch, result
+        # Calls of the signature before the graph's first launch.
+        self.before = before
         self.bound = values
         # Position -> (pointer, start, end, device array) of each distinct
         # array bound now.
@@ -168,33 +170,37 @@ class _Made:
     """A result the function allocated inside its capture: each call returns
     a new array over its memory, valid until the graph is launched again."""
 
-    __slots__ = ("array", "allocation", "memory", "name")
+    __slots__ = ("array", "allocation", "memory", "name", "before")
 
-    def __init__(self, array: Any, allocation: Any, name: str):
+    def __init__(self, array: Any, allocation: Any, name: str, before: int):
         self.array, self.allocation, self.name = array, allocation, name
         self.memory = allocation.memory
+        # Calls of the signature before the graph's first launch (warm-up
+        # calls, an earlier graph's): errors count calls as the user does.
+        self.before = before
 
     def made(self) -> Any:
         memory = self.memory
-        label = f"call {memory.launches} of {self.name}() with this signature"
+        label = f"call {self.before + memory.launches} of {self.name}() with this signature"
         if memory.callers.get(memory.launches) != label:
             memory.called(label)
         return _backend.graph_output(self.array, self.allocation,
                                      _graphmem.Output(memory.launches, label))
 
 
-def _result_plan(result: Any, values: tuple, memory: Any, name: str) -> _Result:
+def _result_plan(result: Any, values: tuple, memory: Any, name: str,
+                 before: int = 0) -> _Result:
     if result is None:
         return None
     for i, value in enumerate(values):
         if result is value:
             return i
     if isinstance(result, (tuple, list)):
-        plan = [_result_plan(item, values, memory, name) for item in result]
+        plan = [_result_plan(item, values, memory, name, before) for item in result]
         return tuple(plan) if isinstance(result, tuple) else plan
     found = _backend.graph_memory_of(result)
     if found is not None and found[0].memory is memory and not found[0].freed:
-        return _Made(result, found[0], name)
+        return _Made(result, found[0], name, before)
     raise GraphedError(
         f"the function returned a {type(result).__name__} that is neither one of its "
         "arguments nor an array it allocated (and did not free); a graphed function "
@@ -445,7 +451,10 @@ class GraphedFunction:
         return sig, spans
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
-                 values: tuple, spans: dict[int, tuple], names: list[str]) -> _Entry:
+                 values: tuple, spans: dict[int, tuple], names: list[str],
+                 before: int | None = None) -> _Entry:
+        if before is None:
+            before = cache.warm.get(sig, 0)  # the warm-up calls
         try:
             with capture(stream) as cap:
                 result = self._fn(*args, **kwargs)
@@ -455,11 +464,11 @@ class GraphedFunction:
                 "the function, and pass it as an argument") from exc
         graph = cap.graph
         try:
-            plan = _result_plan(result, values, graph._res.memory, self._name)
+            plan = _result_plan(result, values, graph._res.memory, self._name, before)
         except GraphedError:
             graph.close()
             raise
-        entry = _Entry(graph, values, spans, plan)
+        entry = _Entry(graph, values, spans, plan, before)
         cache.entries[sig] = entry
         cache.warm.pop(sig, None)
         cache.captures += 1
@@ -485,6 +494,8 @@ class GraphedFunction:
         of the arrays they were given (numbagraph.ops._blas), or, without
         ``cublas``, an op refuses them."""
         del cache.entries[sig]
+        memory = entry.graph._res.memory
+        before = entry.before + (memory.launches if memory is not None else 0)
         _close(entry, f"the graph of {self._name}() captured again for other arrays")
         if cublas and _CUBLAS_WARNING not in self._warned:
             self._warned.add(_CUBLAS_WARNING)
@@ -496,7 +507,7 @@ class GraphedFunction:
                 "kernel, which rebinds: ng.set_matmul_backend('numba')",
                 GraphedWarning, stacklevel=4)
         names = [_name_of(i, len(args), keys) for i in range(len(values))]
-        return self._capture(cache, sig, stream, args, kwargs, values, spans, names)
+        return self._capture(cache, sig, stream, args, kwargs, values, spans, names, before)
 
     def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
         for name, a, b in zip(names, old, new):

@@ -20,7 +20,7 @@ from numba import cuda
 
 from . import _hostcalls, _registry
 from ._hostcalls import attention as _host_attention
-from ._registry import register_device_wrapper
+from ._registry import LEGACY_DEFAULT_HANDLES, register_device_wrapper
 from ._registry import sessions as _sessions
 from .backend import active as _backend
 from .errors import CaptureWarning, ScalarValueError
@@ -144,10 +144,17 @@ class DeviceScalar:
     dtype
         bool, int8..int64, uint8..uint64, float16, float32 or float64
         ([SCALAR_DTYPES][numbagraph.SCALAR_DTYPES]); inferred from ``value``
-        when omitted (int -> int64, float -> float64).
+        when omitted: a Python int makes an int64, a float a float64, a bool
+        a bool, a NumPy scalar keeps its dtype. So ``DeviceScalar(0)`` and
+        ``DeviceScalar(0.5)`` are 64-bit, and an 8-byte scalar's ``update``
+        is a slower driver call than the memset that sets one of up to 4
+        bytes (2.65 µs against 1.33 on an H200, as the benchmarks measured):
+        pass ``dtype=np.int32`` or ``np.float32`` where 32 bits hold the
+        value.
     stream
-        The stream updates are ordered on; the default stream if omitted.
-        The value lives on that stream's device
+        The stream updates are ordered on, which cannot change; the default
+        stream if omitted. A scalar updated inside a capture on ``s`` is made
+        with ``stream=s``. The value lives on that stream's device
         ([device][numbagraph.DeviceScalar.device]), whichever device is
         current; ``update`` and ``value`` work from any current device.
     name
@@ -184,7 +191,7 @@ class DeviceScalar:
 
     __slots__ = (
         "_dtype", "_check", "_dev", "_stream", "_handle", "_store", "_name", "_device",
-        "__weakref__",
+        "_stream_given", "__weakref__",
     )
 
     def __init__(self, value: Any, dtype: Any = None, *, stream: Any = None,
@@ -203,6 +210,7 @@ class DeviceScalar:
         self._dtype = dtype
         self._check = _checker(dtype)
         self._stream = cuda.default_stream() if stream is None else stream
+        self._stream_given = stream is not None
         self._handle = _backend.stream_handle(self._stream)
         initial = np.array([self._check(value)], dtype)
         if _sessions:
@@ -278,11 +286,13 @@ class DeviceScalar:
             return
         session = _registry.on(self._handle)
         if session is None:
-            guard_legacy_work(
-                self._handle, "DeviceScalar.update() on the legacy default stream"
-            )
+            if self._handle in LEGACY_DEFAULT_HANDLES:
+                guard_legacy_work(
+                    self._handle, "DeviceScalar.update() on the legacy default stream",
+                    self._make_it_on())
             self._store(value)
-            self._warn_if_meant_for_a_capture(f"DeviceScalar.update({value!r})", self._stream)
+            self._warn_if_meant_for_a_capture(f"DeviceScalar.update({value!r})", self._stream,
+                                              takes_stream=False)
         else:
             session.keep(self)
             _backend.scalar_store_recorded(self._dev, value, self._dtype, self._handle)
@@ -321,21 +331,38 @@ class DeviceScalar:
             _hostcalls.report("DeviceScalar.value")
         return host[0].item()
 
-    def _warn_if_meant_for_a_capture(self, operation: str, stream: Any) -> None:
+    def _warn_if_meant_for_a_capture(self, operation: str, stream: Any, *,
+                                     takes_stream: bool = True) -> None:
         """``operation`` on the scalar ran at once on ``stream`` while this
         thread captures on another stream: the graph being captured does not
-        hold it."""
+        hold it. ``takes_stream``: the operation has a ``stream=`` of its
+        own (an update has none: it runs on the scalar's stream)."""
         me = threading.current_thread()
         mine = [s for s in _registry.active() if s.thread is me]
-        if mine:
-            warnings.warn(
-                f"{operation} ran at once on {stream!r} and is not recorded into the "
-                f"capture on {mine[0].stream!r} that this thread is making: replays "
-                "of that graph will not do it. To record it, make the scalar on the "
-                "capturing stream (ng.DeviceScalar(..., stream=s)) or pass "
-                "stream=s; to run it at once, do so outside the capture",
-                CaptureWarning, stacklevel=3,
-            )
+        if not mine:
+            return
+        capturing = repr(mine[0].stream)
+        call = "pass stream=s to this call, or " if takes_stream else ""
+        warnings.warn(
+            f"{operation} ran at once on {stream!r} and is not recorded into the "
+            f"capture on {capturing} that this thread is making: replays of that "
+            f"graph will not do it. To record it, {call}{self._make_it_on(capturing)}. "
+            "To run it at once, do it outside the capture",
+            CaptureWarning, stacklevel=3,
+        )
+
+    def _make_it_on(self, capturing: str = "") -> str:
+        """How to have the scalar's updates recorded by a capture on another
+        stream than its own: make it again, on that stream."""
+        made = ("this one was made without stream=, so its stream is the default "
+                "stream" if not self._stream_given
+                else f"this one was made with stream={self._stream!r}")
+        return (
+            f"make the scalar with stream=s, s being the capturing stream"
+            f"{' ' + capturing if capturing else ''}: ng.DeviceScalar(..., "
+            f"dtype=np.{self._dtype.name}, stream=s), before the capture begins. A "
+            f"DeviceScalar's updates run on the stream it was made with, which cannot "
+            f"change, and {made}")
 
     def read_async(self, into: "HostScalar", *, stream: Any = None) -> None:
         """Copy the device value into ``into``, pinned host memory, in stream

@@ -82,6 +82,17 @@ def test_exception_in_block_aborts_and_propagates(stream, kernels, warm_add):
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 3.0)
 
 
+def test_a_capture_never_entered_says_so_at_its_graph(stream, kernels, warm_add):
+    x, one = warm_add
+    cap = ng.capture(stream)                   # no `with`: nothing begins
+    kernels.add[1, 32, stream](x, one)         # so this runs at once
+    assert not ng.is_capturing(stream)
+    with pytest.raises(ng.CaptureStateError,
+                       match=r"never entered.*`with ng.capture\(s\) as cap:`.*ran eagerly"):
+        cap.graph
+    np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
+
+
 def test_default_stream_is_refused():
     for s in (cuda.default_stream(), cuda.legacy_default_stream(), 0):
         with pytest.raises(ng.CaptureError, match="legacy default stream"):
@@ -548,3 +559,54 @@ def test_a_kernel_numba_cannot_type_is_refused_at_the_launch_naming_its_argument
             takes_a_length[1, 1, stream](x, 1.5)
         kernels.add[1, 32, stream](x, one)
     assert cap.graph.num_nodes == 1
+
+
+# ---------------------------------------------------------------- a program that ends capturing
+
+_ENDS_CAPTURING = """\
+import numbagraph as ng
+from numba import cuda
+
+s = cuda.stream()
+print(repr(s))
+ng.begin_capture(s)
+"""
+
+
+def test_a_program_that_ends_while_capturing_warns_naming_the_stream_and_line(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "ends_capturing.py"
+    script.write_text(_ENDS_CAPTURING)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    stream = done.stdout.strip()
+    assert "CaptureWarning" in done.stderr
+    assert f"the capture on {stream}, begun at {script}:6, was open" in done.stderr
+    assert "recorded, not run" in done.stderr
+
+
+def test_a_capture_remembers_the_line_that_began_it(stream, kernels, warm_add):
+    import inspect
+
+    from numbagraph import _registry
+    from numbagraph.backend import active
+
+    with ng.capture(stream):
+        line = inspect.currentframe().f_lineno - 1
+        session = _registry.on(active.stream_handle(stream))
+        kernels.add[1, 32, stream](*warm_add)
+    assert session.begun_at == (__file__, line)
+
+
+def test_no_warning_at_exit_when_every_capture_has_ended(stream, kernels, warm_add):
+    import importlib
+    import warnings
+
+    capture = importlib.import_module("numbagraph.capture")  # the module, not ng.capture
+    with ng.capture(stream):
+        kernels.add[1, 32, stream](*warm_add)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        capture._warn_of_open_captures()

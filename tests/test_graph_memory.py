@@ -365,8 +365,9 @@ def test_a_graphed_function_returns_what_it_allocates_new_at_each_call(stream, o
     info = step.cache_info()
     assert info.captures == 1 and info.eager == 1
     assert results[2] is not results[3]
-    # The capture's result (call 1) and every replay's before the last are stale.
-    with pytest.raises(ng.StaleOutputError, match=r"call 2 of step\(\).*call 3 of step\(\)"):
+    # Call 1 ran as written; the capture's result (call 2) and every replay's
+    # before the last are stale, each named as the user counts calls.
+    with pytest.raises(ng.StaleOutputError, match=r"call 3 of step\(\).*call 4 of step\(\)"):
         host(results[2], stream)
     with pytest.raises(ng.StaleOutputError, match="overwrote"):
         fill[2, 32, stream](results[1], 0.0)
@@ -378,6 +379,21 @@ def test_a_graphed_function_returns_what_it_allocates_new_at_each_call(stream, o
     with pytest.raises(ng.GraphMemoryError, match="closed"):
         host(results[3], stream)
     np.testing.assert_array_equal(host(kept, stream), 3.0 + 2.0 * np.arange(N))
+
+
+def test_a_stale_result_given_to_an_op_is_refused_naming_the_op(stream, out):
+    @ng.graphed(stream=stream, warmup=0)
+    def double(x):
+        result = ng.empty(N, np.float32, stream=stream)
+        ng.add_into(x, x, result, stream=stream)
+        return result
+
+    first, second = double(out), double(out)
+    with pytest.raises(ng.StaleOutputError,
+                       match=r"^ng\.add_into\(\): .*call 1 of double\(\).*call 2 of double\(\)"):
+        ng.add_into(first, first, out, stream=stream)
+    ng.add_into(second, second, out, stream=stream)   # the newest result is fine
+    double.clear()
 
 
 def test_a_graphed_function_may_not_return_memory_it_freed(stream, out):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import numbagraph as ng
-from conftest import device_zeros
+from conftest import device_zeros, records_nothing
 
 INTEGER_AND_FLOAT = [d for d in ng.SCALAR_DTYPES if d.kind != "b"]
 
@@ -109,6 +109,25 @@ def test_update_inside_capture_is_replayed(stream, kernels):
     cap.graph.launch()
     np.testing.assert_array_equal(x.copy_to_host(stream=stream), 2.0)
     assert step.value == 2.0
+
+
+def test_a_scalar_made_without_stream_updated_in_a_capture_says_to_make_it_with_stream(stream):
+    pos = ng.DeviceScalar(0.0, dtype=np.float32)   # its stream: the legacy default stream
+    with pytest.raises(ng.ForeignStreamInCaptureError,
+                       match=r"make the scalar with stream=s.*dtype=np\.float32, stream=s.*"
+                             r"cannot change.*made without stream="):
+        with ng.capture(stream):
+            pos.update(1.0)
+
+
+def test_a_scalar_of_another_stream_updated_in_a_capture_warns_to_make_it_with_stream(
+        stream, other_stream):
+    pos = ng.DeviceScalar(0, dtype=np.int32, stream=other_stream)
+    with records_nothing(), ng.capture(stream):
+        with pytest.warns(ng.CaptureWarning, match=r"To record it, make the scalar with "
+                          r"stream=s, s being the capturing stream .*cannot change") as seen:
+            pos.update(1)
+    assert "pass stream=s to this call" not in str(seen[0].message)  # update takes none
 
 
 @pytest.mark.parametrize("dtype", INTEGER_AND_FLOAT + [np.dtype(np.bool_)], ids=str)

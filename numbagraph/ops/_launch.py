@@ -29,7 +29,7 @@ from .._rebind import Fixed
 from .._registry import sessions as _sessions
 from ..backend import active as _backend
 from ..errors import DeviceMismatchError, OpError
-from ..safety import on_launch, order_foreign_operands
+from ..safety import check_graph_memory, on_launch, order_foreign_operands
 from ..scalar import DeviceScalar
 from ._operands import rules as _rules
 
@@ -331,6 +331,8 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
             # streams is recorded into a capture.
             if _backend.device_count() > 1:
                 _refuse_call_devices(name, params, args, kwargs)
+            if _graph_memory_held[0]:
+                _refuse_missing_memory(name, args, kwargs)
             if _sessions:
                 order_foreign_operands(kwargs.get("stream"), (*args, *kwargs.values()), name)
                 return _keeping_rules(op, args, kwargs)
@@ -368,6 +370,17 @@ def repeatable(op: Callable[..., None]) -> Callable[..., None]:
         return result
 
     return call
+
+
+def _refuse_missing_memory(name: str, args: tuple, kwargs: dict) -> None:
+    """Refuse the call ``name`` (an op) given graph memory that does not
+    exist for its work (a stale graphed result, a closed graph's array),
+    naming the op, before any of its work is launched."""
+    try:
+        handle = _backend.stream_handle(kwargs.get("stream"))
+    except (TypeError, ValueError):
+        return  # not a stream: the op's own check says so
+    check_graph_memory((*args, *kwargs.values()), handle, name)
 
 
 def _keeping_rules(op: Callable[..., None], args: tuple, kwargs: dict) -> Any:
