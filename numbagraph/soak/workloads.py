@@ -5,6 +5,7 @@ counts its work after it, and checks the device's result exactly."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numbagraph as ng  # noqa: I001  (picks the backend before numba.cuda loads)
 
@@ -24,6 +25,24 @@ def _read(array, stream) -> np.ndarray:
     return host
 
 
+def _run_judged(result: Result, plan: Plan, cycle: Any, warmup: int, count: int,
+                stream: Any) -> None:
+    """``cycle()`` ``warmup`` times, then ``count`` times timed, memory
+    sampled along the way and its growth judged into ``result``."""
+    for _ in range(warmup):
+        cycle()
+    gauge = Gauge(idle=stream.synchronize)
+    gauge.start()
+    every = plan.every(count)
+    start = time.perf_counter()
+    for n in range(1, count + 1):
+        cycle()
+        if n % every == 0:
+            gauge.sample(at=n)
+    result.seconds = time.perf_counter() - start
+    result.judge(gauge.growth(count), plan.limits)
+
+
 def cycles(plan: Plan) -> list[Result]:
     """Capture one launch, instantiate, launch and close the graph, over and
     over: whatever a cycle keeps shows as growth."""
@@ -41,18 +60,7 @@ def cycles(plan: Plan) -> list[Result]:
         cap.graph.launch()
         cap.graph.close()
 
-    for _ in range(plan.cycle_warmup):
-        cycle()
-    gauge = Gauge(idle=s.synchronize)
-    gauge.start()
-    every = plan.every(plan.cycles)
-    start = time.perf_counter()
-    for n in range(1, plan.cycles + 1):
-        cycle()
-        if n % every == 0:
-            gauge.sample(at=n)
-    result.seconds = time.perf_counter() - start
-    result.judge(gauge.growth(plan.cycles), plan.limits)
+    _run_judged(result, plan, cycle, plan.cycle_warmup, plan.cycles, s)
     wrong = mismatch("x after every cycle's launch", np.full(w, 1 + plan.cycle_warmup
                                                                + plan.cycles), _read(x, s))
     if wrong:
@@ -249,17 +257,6 @@ def leak(plan: Plan, keep: bool = True) -> list[Result]:
         if keep:
             kept.append(x)
 
-    for _ in range(plan.leak_warmup):
-        cycle()
-    gauge = Gauge(idle=s.synchronize)
-    gauge.start()
-    every = plan.every(plan.leak_cycles)
-    start = time.perf_counter()
-    for n in range(1, plan.leak_cycles + 1):
-        cycle()
-        if n % every == 0:
-            gauge.sample(at=n)
-    result.seconds = time.perf_counter() - start
-    result.judge(gauge.growth(plan.leak_cycles), plan.limits)
+    _run_judged(result, plan, cycle, plan.leak_warmup, plan.leak_cycles, s)
     kept.clear()
     return [result]
