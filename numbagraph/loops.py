@@ -51,7 +51,7 @@ def auto_passes(kernels: int) -> int:
 
 
 def _check_unroll(unroll: Any) -> Any:
-    if unroll == "auto" and isinstance(unroll, str):
+    if isinstance(unroll, str) and unroll == "auto":
         return unroll
     if isinstance(unroll, bool) or not isinstance(unroll, numbers.Integral) \
             or not 1 <= int(unroll) <= MAX_UNROLL:
@@ -356,15 +356,7 @@ class RepeatLoop:
                        recording: Any, handle: int, asked: Any) -> int:
         """Record pass 1, choose the passes per iteration from it, record the
         rest guarded; returns how many passes were recorded."""
-        cond = self.cond
-        assert cond is not None
-        before = _backend.capture_node_count(handle)
-        cond._tag = _backend.pass_condition(recording.state, 1)
-        try:
-            record_pass(self)
-        finally:
-            cond._tag = None
-        other = _backend.capture_node_count(handle) - before - recording.launches
+        other = self._record_pass(record_pass, recording, handle, 1)
         if asked == "auto":
             passes = 1 if other else auto_passes(recording.launches)
         else:
@@ -380,21 +372,29 @@ class RepeatLoop:
                     "per iteration for such a pass). The capture is discarded")
         recording.guarded = True
         for index in range(2, passes + 1):
-            recording.index, recording.launches = index, 0
-            before = _backend.capture_node_count(handle)
-            cond._tag = _backend.pass_condition(recording.state, index)
-            try:
-                record_pass(self)
-            finally:
-                cond._tag = None
-            added = _backend.capture_node_count(handle) - before
-            if added != recording.launches:
+            other = self._record_pass(record_pass, recording, handle, index)
+            if other:
                 raise ConditionalError(
-                    f"ng.repeat(unroll={passes}): pass {index} recorded "
-                    f"{added - recording.launches} node(s) other than kernel launches, "
-                    "which pass 1 did not: record the same kernel launches in every pass. "
-                    "The capture is discarded")
+                    f"ng.repeat(unroll={passes}): pass {index} recorded {other} node(s) "
+                    "other than kernel launches, which pass 1 did not: record the same "
+                    "kernel launches in every pass. The capture is discarded")
         return passes
+
+    def _record_pass(self, record_pass: Callable[["RepeatLoop"], Any], recording: Any,
+                     handle: int, index: int) -> int:
+        """Record pass ``index``, its kernels given the pass's tag for the
+        loop's condition; returns how many nodes it added other than its
+        kernel launches."""
+        cond = self.cond
+        assert cond is not None
+        recording.index, recording.launches = index, 0
+        before = _backend.capture_node_count(handle)
+        cond._tag = _backend.pass_condition(recording.state, index)
+        try:
+            record_pass(self)
+        finally:
+            cond._tag = None
+        return _backend.capture_node_count(handle) - before - recording.launches
 
 
 def repeat(counter: DeviceScalar, until: Any, *, by: Any = 1, stream: Any = None,
