@@ -132,15 +132,21 @@ def test_dropped_graph_is_freed(stream, kernels):
     assert graph_ref() is None and x_ref() is None
 
 
+def add_graphs(stream, kernels, targets, one):
+    """One captured graph of ``add(target, one)`` per target."""
+    graphs = []
+    for target in targets:
+        with ng.capture(stream) as cap:
+            kernels.add[1, 32, stream](target, one)
+        graphs.append(cap.graph)
+    return graphs
+
+
 def test_update_takes_other_graphs_arguments(stream, kernels):
     x, y = device_zeros(32, stream=stream), device_zeros(32, stream=stream)
     one = ng.DeviceScalar(1.0, dtype=np.float32, stream=stream)
     kernels.add[1, 32, stream](x, one)
-    graphs = []
-    for target in (x, y):
-        with ng.capture(stream) as cap:
-            kernels.add[1, 32, stream](target, one)
-        graphs.append(cap.graph)
+    graphs = add_graphs(stream, kernels, (x, y), one)
     graphs[0].update(graphs[1])
     graphs[0].launch()
     np.testing.assert_array_equal(y.copy_to_host(stream=stream), 1.0)
@@ -186,11 +192,7 @@ def test_update_keeps_only_what_the_graph_now_uses(stream, kernels, warm_add):
 def test_a_graph_updated_from_a_closed_graph_is_rebound_as_it_runs(stream, kernels, warm_add):
     _, one = warm_add
     x, y, z = (device_zeros(32, stream=stream) for _ in range(3))
-    graphs = []
-    for target in (x, y):
-        with ng.capture(stream) as cap:
-            kernels.add[1, 32, stream](target, one)
-        graphs.append(cap.graph)
+    graphs = add_graphs(stream, kernels, (x, y), one)
     graph, source = graphs
     graph.update(source)
     source.close()
@@ -204,11 +206,7 @@ def test_an_update_from_a_graph_whose_source_was_closed_takes_what_it_runs(
         stream, kernels, warm_add):
     _, one = warm_add
     arrays = [device_zeros(32, stream=stream) for _ in range(3)]
-    graphs = []
-    for target in arrays:
-        with ng.capture(stream) as cap:
-            kernels.add[1, 32, stream](target, one)
-        graphs.append(cap.graph)
+    graphs = add_graphs(stream, kernels, arrays, one)
     g1, g2, g3 = graphs
     g1.update(g2)
     g2.close()
@@ -272,11 +270,7 @@ def test_an_update_from_an_updated_graph_takes_what_that_graph_runs_now(stream, 
     stream.synchronize()
     for a in arrays:
         a.copy_to_device(np.zeros(32, np.float32), stream=stream)
-    graphs = []
-    for target in arrays:
-        with ng.capture(stream) as cap:
-            kernels.add[1, 32, stream](target, one)
-        graphs.append(cap.graph)
+    graphs = add_graphs(stream, kernels, arrays, one)
     g1, g2, g3 = graphs
     g1.update(g2)
     g3.update(g1)

@@ -98,9 +98,9 @@ def swapped_values(launches):
     return 2 * odd + even, odd + 2 * even
 
 
-@pytest.fixture
-def pair_graph(stream):
-    """``(graph, a, b)``: a graph of ``bump_pair(a, b)`` on ``stream``."""
+def make_pair_graph(stream):
+    """``(graph, a, b)``: a graph of ``bump_pair(a, b)`` on ``stream``, the
+    kernel compiled first and both arrays zero."""
     a, b = zeros(stream), zeros(stream)
     bump_pair[1, N, stream](a, b)
     a.copy_to_device(np.zeros(N, np.int64), stream=stream)
@@ -108,6 +108,12 @@ def pair_graph(stream):
     with ng.capture(stream) as cap:
         bump_pair[1, N, stream](a, b)
     return cap.graph, a, b
+
+
+@pytest.fixture
+def pair_graph(stream):
+    """``(graph, a, b)``: a graph of ``bump_pair(a, b)`` on ``stream``."""
+    return make_pair_graph(stream)
 
 
 # ---------------------------------------------------------------- graphed functions
@@ -196,13 +202,7 @@ def test_threads_rebinding_and_launching_one_graph_lose_no_launch(stream, pair_g
 def test_a_graph_closed_while_another_thread_rebinds_and_launches_it_raises_graph_closed(
         stream):
     for _ in range(ROUNDS):
-        a, b = zeros(stream), zeros(stream)
-        bump_pair[1, N, stream](a, b)
-        a.copy_to_device(np.zeros(N, np.int64), stream=stream)
-        b.copy_to_device(np.zeros(N, np.int64), stream=stream)
-        with ng.capture(stream) as cap:
-            bump_pair[1, N, stream](a, b)
-        graph = cap.graph
+        graph, a, b = make_pair_graph(stream)
         launched = [0]
         going = threading.Event()
         wait = random.uniform(0, 0.003)
