@@ -113,8 +113,6 @@ def _single(counter, limit, by, state, cond):
     after = counter[0]
     if state[1] != 0 or after <= before or not after < limit:
         set_condition(cond, 0)
-        return
-    state[0] = 1
 
 
 @cuda.jit

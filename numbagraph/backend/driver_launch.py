@@ -373,11 +373,10 @@ class FastConfiguration:
     def __call__(self, *args: Any) -> Any:
         dispatcher = self.dispatcher
         if _guard[0] is not None:
-            swapped = _guard[0](self.handle, dispatcher, args)
-            if swapped is not None:
-                numba = self.numba
-                return swapped[0][numba.griddim, numba.blockdim, numba.stream,
-                                  numba.sharedmem](*swapped[1])
+            numba = self.numba
+            if _launch_guarded(self.handle, dispatcher, args, numba.griddim,
+                               numba.blockdim, numba.stream, numba.sharedmem):
+                return None
         args = _on_launch[0](self.handle, dispatcher, args)
         if self.numba.pre_launch_callbacks:
             return _numba_call[0](dispatcher, args, self.numba)
@@ -438,13 +437,24 @@ class _Packed(threading.local):
 # are made; the launch guard, set while a guarded pass records.
 _on_launch: list[Any] = [None]
 _guard: list[Any] = [None]
+_numba_call: list[Any] = [None]
+# dispatcher -> {configuration arguments: its FastConfiguration}
+_configurations: dict[Any, dict[tuple, FastConfiguration]] = {}
 
 
 def set_launch_guard(hook: Any) -> None:
     _guard[0] = hook
-_numba_call: list[Any] = [None]
-# dispatcher -> {configuration arguments: its FastConfiguration}
-_configurations: dict[Any, dict[tuple, FastConfiguration]] = {}
+
+
+def _launch_guarded(handle: int, dispatcher: Any, args: tuple, grid: Any, block: Any,
+                    stream: Any, shared: int) -> bool:
+    """Launch, in the kernel's place, the guard the hook gives for it, with the
+    kernel's own configuration; False where the hook leaves the launch as it is."""
+    swapped = _guard[0](handle, dispatcher, args)
+    if swapped is None:
+        return False
+    swapped[0][grid, block, stream, shared](*swapped[1])
+    return True
 
 
 def _exact(dim: Any) -> bool:
@@ -483,11 +493,10 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
 
     def call(self, args, launch_config):
         handle = int(launch_config.stream.handle)
-        if _guard[0] is not None:
-            swapped = _guard[0](handle, self, args)
-            if swapped is not None:
-                c = launch_config
-                return swapped[0][c.griddim, c.blockdim, c.stream, c.sharedmem](*swapped[1])
+        c = launch_config
+        if _guard[0] is not None and _launch_guarded(
+                handle, self, args, c.griddim, c.blockdim, c.stream, c.sharedmem):
+            return None
         return original(self, on_launch(handle, self, args), launch_config)
 
     return call
@@ -566,11 +575,9 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
            on_launch: LaunchHook) -> None:
     """``dispatcher[grid, block, stream](*args)`` for an op's kernel, with
     ``on_launch`` applied as to every launch."""
-    if _guard[0] is not None:
-        swapped = _guard[0](handle, dispatcher, args)
-        if swapped is not None:
-            swapped[0][grid, block, _numba_stream(handle)](*swapped[1])
-            return
+    if _guard[0] is not None and _launch_guarded(
+            handle, dispatcher, args, grid, block, _numba_stream(handle), 0):
+        return
     args = on_launch(handle, dispatcher, args)
     plan = plan_for(dispatcher, args, _context_key(), trusted=True) if FAST else None
     if plan is not None:
