@@ -164,6 +164,7 @@ def test_launches_ops_scalars_and_graph_memory_on_a_forked_stream_are_the_graph_
     gc.collect()
     assert ref() is not None                               # the graph keeps it
     step.update(100.0)
+    s2.synchronize()              # the update is made on s2, the launch on s
     cap.graph.launch()
     np.testing.assert_array_equal(host(x, s), 8.0)
     assert host(out, s)[0] == 8.0 * N

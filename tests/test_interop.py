@@ -205,8 +205,8 @@ def test_a_foreign_array_naming_a_stream_of_another_capture_is_refused(
         assert "ng.fork" in str(refused.value)
         assert not ng.is_capturing(stream)       # its capture was ended
         assert ng.is_capturing(other_stream)     # the other goes on
-    other.graph.launch()
-    np.testing.assert_array_equal(host(x, stream), 1)
+    other.graph.launch()                         # on other_stream, where x is read
+    np.testing.assert_array_equal(host(x, other_stream), 1)
     with ng.capture(stream) as again:            # the stream is usable
         accumulate[1, N, stream](x, y)
     again.graph.launch()

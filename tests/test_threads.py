@@ -435,3 +435,99 @@ def test_threads_setting_arguments_of_one_launch_record_lose_none(stream):
     np.testing.assert_array_equal(host(p1, stream), 1)
     np.testing.assert_array_equal(host(q1, stream), 2)
     np.testing.assert_array_equal(host(p0, stream) + host(q0, stream), 0)
+
+
+# ---------------------------------------------------------------- threads that never used CUDA
+
+
+def in_a_new_thread(work):
+    """``work()`` on a thread that has made no CUDA call, so no context is
+    current there; what it raised, or None."""
+    errors = [None]
+
+    def run():
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001  returned to the test
+            errors[0] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    return errors[0]
+
+
+def _graphed_call_with_new_arrays(stream, graph, a, b):
+    @ng.graphed(stream=stream)
+    def step(src, dst):
+        add_one[1, N, stream](src, dst)
+        return dst
+
+    step(a, b)                                  # captured on this thread
+    c, d = zeros(stream), zeros(stream)
+    stream.synchronize()
+    assert in_a_new_thread(lambda: step(c, d)) is None   # a rebinding there
+    np.testing.assert_array_equal(host(d, stream), 1)
+
+
+def _rebind_and_launch(stream, graph, a, b):
+    assert in_a_new_thread(lambda: (graph.rebind({a: b, b: a}), graph.launch())) is None
+    np.testing.assert_array_equal(host(a, stream), 2)
+    np.testing.assert_array_equal(host(b, stream), 1)
+
+
+def _launch_upload_nodes(stream, graph, a, b):
+    def work():
+        graph.upload()
+        assert len(graph.nodes) == 1
+        graph.launch()
+    assert in_a_new_thread(work) is None
+    np.testing.assert_array_equal(host(a, stream), 1)
+
+
+def _update_from_a_rebound_graph(stream, graph, a, b):
+    other, c, d = make_pair_graph(stream)
+    other.rebind({c: d, d: c})
+    assert in_a_new_thread(lambda: (graph.update(other), graph.launch())) is None
+    np.testing.assert_array_equal(host(d, stream), 1)
+    np.testing.assert_array_equal(host(c, stream), 2)
+
+
+def _scalar_and_launch_record(stream, graph, a, b):
+    scalar = ng.DeviceScalar(0, dtype=np.int64, stream=stream)
+    rec = ng.launch_record(bump_pair, 1, N, stream, a, b)
+
+    def work():
+        scalar.update(7)
+        rec.set_arg(0, b)
+        rec.set_arg(1, a)
+        rec.launch()
+    assert in_a_new_thread(work) is None
+    assert scalar.value == 7
+    np.testing.assert_array_equal(host(b, stream), 1)
+    np.testing.assert_array_equal(host(a, stream), 2)
+
+
+def _capture_op_and_close(stream, graph, a, b):
+    def work():
+        with ng.capture(stream) as cap:
+            ng.add_into(a, 3, b, stream=stream)
+        cap.graph.launch()
+        cap.graph.close()
+        graph.close()
+    assert in_a_new_thread(work) is None
+    assert graph.closed
+    np.testing.assert_array_equal(host(b, stream), 3)
+
+
+@pytest.mark.parametrize("calls", [
+    _graphed_call_with_new_arrays, _rebind_and_launch, _launch_upload_nodes,
+    _update_from_a_rebound_graph, _scalar_and_launch_record, _capture_op_and_close,
+], ids=lambda calls: calls.__name__.strip("_"))
+def test_a_thread_that_never_used_cuda_makes_every_call_on_a_graph(stream, pair_graph, calls):
+    # A thread the user starts has no CUDA context current until numba makes
+    # one; every numbagraph call made there works in the graph's own.
+    graph, a, b = pair_graph
+    stream.synchronize()
+    calls(stream, graph, a, b)

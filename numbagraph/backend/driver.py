@@ -30,7 +30,7 @@ from ._arguments import checked_types
 from .driver_ops import device_count as _device_count
 from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, CAPTURE_NONE, DriverError,
-    capture_status, check,
+    capture_status, check, in_context,
 )
 from .driver_rebind import NodeIndex, graph_nodes
 from .driver_streams import join_forks
@@ -227,7 +227,7 @@ class Executable:
         # graph's own context, whichever device is current: a graph captured
         # while another capture was active is instantiated at its first use.
         if self._graph is None:
-            self._graph = check("cuGraphInstantiate", _in_context(
+            self._graph = check("cuGraphInstantiate", in_context(
                 self._ctx, cu.cuGraphInstantiate, self._definition, _AUTO_FREE_ON_LAUNCH))
         return self._graph
 
@@ -251,10 +251,13 @@ class Executable:
         return launch
 
     def upload(self, handle: int) -> None:
-        check("cuGraphUpload", _in_context(self._ctx, cu.cuGraphUpload, self.instantiate(),
+        check("cuGraphUpload", in_context(self._ctx, cu.cuGraphUpload, self.instantiate(),
                                            cu.CUstream(handle)))
 
     def update(self, other: "Executable") -> None:
+        in_context(self._ctx, self._update, other)
+
+    def _update(self, other: "Executable") -> None:
         source = other._applied or other
         if source._definition is None:
             raise GraphClosedError(
@@ -542,23 +545,6 @@ def _counted_queues(ctx: Any) -> tuple | None:
 def _release_queues(queues: tuple) -> None:
     for queue in queues:
         queue._disable_count -= 1
-
-
-def _in_context(ctx: Any, call: Callable[..., tuple], *args: Any) -> tuple:
-    """``call(*args)``'s result, the call made with ``ctx`` current where
-    another context, or none (a thread that never used CUDA), is current;
-    with ``ctx`` unknown, as it is. For calls made once per graph
-    (instantiate, upload), which need not fail first to be made right."""
-    if ctx is None:
-        return call(*args)
-    failed, current = cu.cuCtxGetCurrent()
-    if not failed and int(current) == int(ctx):
-        return call(*args)
-    check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
-    try:
-        return call(*args)
-    finally:
-        cu.cuCtxPopCurrent()
 
 
 def _again_in(ctx: Any, err: Any, call: Callable[..., tuple], *args: Any) -> Any:

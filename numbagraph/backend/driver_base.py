@@ -3,11 +3,11 @@ the one checker every call goes through, and the capture status of a stream."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from cuda.bindings import driver as cu
 
-__all__ = ["DriverError", "check", "raise_for", "capture_status", "is_capturing",
+__all__ = ["DriverError", "check", "raise_for", "in_context", "capture_status", "is_capturing",
            "CAPTURE_ACTIVE", "CAPTURE_NONE", "CAPTURE_INVALIDATED", "CAPTURE_MODES"]
 
 CAPTURE_ACTIVE = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
@@ -47,6 +47,24 @@ def raise_for(call: str, err: Any) -> None:
     success; for calls that return nothing else."""
     if err != cu.CUresult.CUDA_SUCCESS:
         raise DriverError(call, err)
+
+
+def in_context(ctx: Any, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``'s result, the call made with ``ctx`` current where
+    another context, or none (a thread that never used CUDA), is current;
+    with ``ctx`` unknown, as it is. For calls on a graph's executable, which
+    the driver makes in the current context: with none current, some of them
+    fault instead of failing."""
+    if ctx is None:
+        return call(*args)
+    failed, current = cu.cuCtxGetCurrent()
+    if not failed and int(current) == int(ctx):
+        return call(*args)
+    check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
+    try:
+        return call(*args)
+    finally:
+        cu.cuCtxPopCurrent()
 
 
 def capture_status(handle: int) -> Any:

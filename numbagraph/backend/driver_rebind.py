@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from cuda.bindings import driver as cu
 
 from ..errors import RebindError
-from .driver_base import DriverError, check
+from .driver_base import DriverError, check, in_context
 from .interface import Move
 
 __all__ = ["NodeIndex", "graph_nodes"]
@@ -222,8 +222,12 @@ class _Plan:
                     break
 
     def apply(self) -> None:
-        """Set the changed nodes on the executable; if the driver refuses one,
-        every node is set back as it was and the error raised."""
+        """Set the changed nodes on the executable, in its context; if the
+        driver refuses one, every node is set back as it was and the error
+        raised."""
+        in_context(self._index.ctx, self._apply)
+
+    def _apply(self) -> None:
         index = self._index
         holders = index.holders
         changed: dict[int, Any] = {}
