@@ -1,15 +1,20 @@
 """``python -m numbagraph.bench`` / ``numbagraph-bench``: run the suites,
-print a table with the targets' verdicts, write JSON, Markdown and PNG plots.
+print a table with the targets' verdicts, write JSON, Markdown and PNG plots,
+and render again the figures that quote the ``results.json`` written (the
+blocks :mod:`numbagraph.bench.figures` finds in ``OUT/README.md`` and in
+the working folder's README.md).
 
 Example::
 
     python -m numbagraph.bench --out bench-results            # everything
     python -m numbagraph.bench --quick --suites replay loop   # a fast look
+    python -m numbagraph.bench --out docs/benchmarks          # the committed report
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -20,6 +25,7 @@ import numbagraph as ng
 from . import SUITES
 from .core import Config, Context, SuiteResult
 from .environment import collect, describe
+from .figures import files_quoting, headline, quoting_files, rewrite_quotes
 from .peers import warm_up
 from .report import markdown_report, recorded_gpu_run, text_report, write_json, write_plots
 from .targets import evaluate
@@ -71,10 +77,16 @@ def _refuse_to_replace_gpu_results(parser: argparse.ArgumentParser,
     written = ["results.json", "results.md", "profile.txt",
                *(f"{name}.png" for name in args.suites)]
     found = [name for name in written if (args.out / name).exists()]
+    try:
+        quoting = files_quoting(args.out / "results.json", quoting_files(args.out))
+    except ValueError:
+        quoting = []
+    quoted = (f", and the figures {' and '.join(map(str, quoting))} quote from them"
+              if quoting else "")
     parser.error(
-        f"{args.out} holds results of a GPU run ({gpu}): {', '.join(found)}. This run "
-        "is on Numba's CUDA simulator and would overwrite them with timings of Python. "
-        "Write elsewhere with --out DIR, or pass --force to overwrite them."
+        f"{args.out} holds results of a GPU run ({gpu}): {', '.join(found)}{quoted}. "
+        "This run is on Numba's CUDA simulator and would overwrite them with timings "
+        "of Python. Write elsewhere with --out DIR, or pass --force to overwrite them."
     )
 
 
@@ -113,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress("on Numba's CUDA simulator: tiny sizes, timings measure Python, "
                      "not a GPU")
     results = []
+    figures_failed: str | None = None
     try:
         warm_up(ctx)
         for i, name in enumerate(args.suites, 1):
@@ -127,8 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         if why_no_plots:
             ctx.progress(why_no_plots)
         write_json(out / "results.json", results, targets, env, config)
-        (out / "results.md").write_text(markdown_report(results, targets, env_line, plots))
+        # The figures are rendered from the file as written, as a reader of
+        # it renders them again.
+        doc = json.loads((out / "results.json").read_text())
+        (out / "results.md").write_text(
+            markdown_report(results, targets, env_line, plots, headline(doc)))
         print(text_report(results, targets, env_line, unjudged), flush=True)
+        try:
+            quoting = rewrite_quotes(out / "results.json", quoting_files(out))
+        except ValueError as exc:
+            quoting, figures_failed = [], f"figures not rendered again: {exc}"
+            ctx.progress(figures_failed)
         if args.profile:
             ctx.begin_suite("profile")
             from .profiling import profile_hot_paths
@@ -137,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             (out / "profile.txt").write_text(text)
             print("\n" + text)
         ctx.progress(f"wrote {out}/results.json, results.md"
-                     + "".join(f", {p}" for p in plots.values()))
+                     + "".join(f", {p}" for p in plots.values())
+                     + "".join(f"; the figures in {p}" for p in quoting))
     finally:
         ctx.close()
     failed = [r.name for r in results
@@ -145,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"failures in: {', '.join(failed)} (tracebacks in results.json)",
               file=sys.stderr)
+        return 1
+    if figures_failed:
+        print(figures_failed, file=sys.stderr)
         return 1
     return 0
 

@@ -129,9 +129,12 @@ def text_report(results: list[SuiteResult], targets: list[dict[str, Any]],
 
 
 def markdown_report(results: list[SuiteResult], targets: list[dict[str, Any]],
-                    env_line: str, plots: dict[str, str]) -> str:
-    """The same report as Markdown, with the plots linked in."""
+                    env_line: str, plots: dict[str, str], headline: str | None = None) -> str:
+    """The same report as Markdown, with the plots linked in; ``headline``
+    (the run's headline figures, as Markdown) first."""
     lines = [f"Measured on: {env_line}", ""]
+    if headline:
+        lines += ["### Headline figures", "", headline, ""]
     for result in results:
         lines += [f"### {_heading(result)}", ""]
         if result.error:
