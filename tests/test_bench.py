@@ -12,7 +12,7 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, collectives, graphed, memory, ops, streams
+from numbagraph.bench import SUITES, capture_cost, collectives, graphed, memory, ops, streams
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Config, Context, Row, SuiteResult
@@ -140,8 +140,95 @@ def test_graphed_targets_are_judged(graphed_run):
     _, doc = graphed_run
     verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
     assert set(verdicts) == {t.name for t in TARGETS if t.suite == "graphed"}
-    assert len(verdicts) == 10
+    assert len(verdicts) == 20
     assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
+
+
+def _graphed_fit(doc):
+    if doc["config"]["simulated"]:
+        return graphed.SIMULATED_FIT_NODES, graphed.SIMULATED_MOVED
+    return graphed.FIT_NODES, graphed.MOVED
+
+
+@pytest.mark.parametrize("peer", list(graphed.SIGNATURE_PEERS))
+def test_graphed_new_signature_is_measured_by_every_peer(graphed_run, peer):
+    _, doc = graphed_run
+    nodes = _graphed_steps(doc)[-1]
+    rows = [r for r in doc["suites"]["graphed"]["rows"]
+            if r["case"] == graphed.case(nodes, graphed.NEW_SIGNATURE) and r["peer"] == peer]
+    assert len(rows) == 1 and rows[0]["value"] > 0 and rows[0]["unit"] == graphed.UNIT
+
+
+@pytest.mark.parametrize("kind", graphed.NODE_KINDS)
+def test_graphed_rebinding_is_fitted_from_the_nodes_moved(graphed_run, kind):
+    _, doc = graphed_run
+    rows = doc["suites"]["graphed"]["rows"]
+    nodes, moved = _graphed_fit(doc)
+    for k in moved:
+        found = {r["peer"]: r for r in rows if r["case"] == graphed.moved_case(nodes, k, kind)}
+        assert set(found) == {graphed.PEER, graphed.PLAIN}
+        assert all(r["unit"] == graphed.HOST_UNIT and r["clock"] == "host" and r["value"] > 0
+                   for r in found.values())
+    fit = {r["peer"]: r for r in rows if r["case"] == graphed.fit_case(kind)}
+    assert set(fit) == {graphed.PER_NODE, graphed.FIXED}
+    assert all(r["unit"] == graphed.FIT_UNIT and len(r["trials"]) == doc["config"]["trials"]
+               for r in fit.values())
+
+
+@pytest.mark.parametrize("peer", [graphed.BINDINGS, graphed.CPP])
+def test_graphed_driver_calls_are_measured_or_skipped_with_a_reason(graphed_run, peer):
+    _, doc = graphed_run
+    suite = doc["suites"]["graphed"]
+    reasons = dict(suite["skipped"])
+    measured = {r["case"] for r in suite["rows"] if r["peer"] == peer}
+    if ON_SIMULATOR:
+        assert not measured and "needs the CUDA driver" in reasons[peer]
+    else:
+        assert measured == {graphed.set_case(kind) for kind in graphed.NODE_KINDS} \
+            or reasons.get(peer)
+    assert not str(reasons.get(peer, "")).startswith("failed")
+
+
+def test_rebinding_fit_is_the_line_through_the_calls_less_the_plain_launch():
+    rows = {}
+    nodes, moved = 100, (1, 10, 100)
+    for k in moved:
+        # numbagraph's call: the plain launch, 1.5 us fixed and 0.25 us per node moved.
+        for peer, extra in ((graphed.PLAIN, 0.0), (graphed.PEER, 1.5 + 0.25 * k)):
+            rows[graphed.moved_case(nodes, k, "kernel"), peer] = Row.of(
+                graphed.moved_case(nodes, k, "kernel"), peer, [3.0 + extra, 4.0 + extra],
+                graphed.HOST_UNIT, "host")
+    result = SuiteResult(graphed.NAME, graphed.TITLE, graphed.UNIT)
+    graphed._fit(Context(Config.for_run(True), say=lambda text: None), result, "kernel",
+                 nodes, moved, rows)
+    fit = {r.peer: r for r in result.rows}
+    assert fit[graphed.PER_NODE].value == pytest.approx(0.25)
+    assert fit[graphed.FIXED].value == pytest.approx(1.5)
+    assert fit[graphed.PER_NODE].trials == pytest.approx([0.25, 0.25])
+
+
+def test_rebinding_fit_is_left_out_without_a_peer_at_every_count():
+    result = SuiteResult(graphed.NAME, graphed.TITLE, graphed.UNIT)
+    graphed._fit(Context(Config.for_run(True), say=lambda text: None), result, "kernel",
+                 100, (1, 10, 100), {})
+    assert not result.rows
+
+
+def test_fit_line_needs_two_distinct_x():
+    assert graphed.fit_line([(1, 3.0), (3, 7.0), (2, 5.0)]) == pytest.approx((1.0, 2.0))
+    with pytest.raises(ValueError):
+        graphed.fit_line([(2, 1.0), (2, 3.0)])
+
+
+@pytest.mark.parametrize("fixed, verdict", [(1.9, "PASS"), (-0.3, "PASS"), (2.1, "MISS")])
+def test_rebinding_fixed_part_is_judged_in_microseconds(fixed, verdict):
+    target = next(t for t in TARGETS if t.case == graphed.fit_case("kernel")
+                  and t.peer == graphed.FIXED)
+    suite = SuiteResult("graphed", "t", "us/call")
+    suite.rows = [Row.of(graphed.fit_case("kernel"), graphed.FIXED, [fixed], "us", "host"),
+                  Row.of(graphed.set_case("kernel"), graphed.BINDINGS, [0.4], "us/node",
+                         "wall")]
+    assert target.check({"graphed": suite})["verdict"] == verdict
 
 
 def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeypatch):
@@ -306,9 +393,15 @@ def test_streams_targets_are_judged(streams_run):
     _, _, doc = streams_run
     verdicts = {t["target"]: t for t in doc["targets"]}
     expected = {t.name for t in TARGETS if t.suite == "streams"}
-    assert set(verdicts) == expected and len(expected) == 4
-    assert all("ratio" in v and v["verdict"] in {"PASS", "MISS", "n/a"}
-               for v in verdicts.values())
+    assert set(verdicts) == expected and len(expected) == 5
+    skipped = dict(doc["suites"]["streams"]["skipped"])   # the C host node on the simulator
+    for target in TARGETS:
+        if target.suite == "streams":
+            verdict = verdicts[target.name]
+            assert verdict["verdict"] in {"PASS", "MISS", "n/a"}
+            measured = target.peer not in skipped and target.ref_peer not in skipped
+            assert ("ratio" in verdict) == measured
+            assert measured or verdict["why"] == skipped[target.ref_peer]
 
 
 def test_streams_suite_fails_a_fork_that_records_one_branch(tmp_path, monkeypatch):
@@ -329,6 +422,43 @@ def _fork_case_only(ctx):
                 {streams.FORKED: lambda: streams._fork(ctx, True),
                  streams.SEQUENTIAL: lambda: streams._fork(ctx, False)}, unit=streams.UNIT)
     return result
+
+
+@pytest.fixture(scope="module")
+def capture_run(tmp_path_factory):
+    """One quick run of the capture suite: exit status and JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "capture", "--out", str(out)])
+    return status, json.loads((out / "results.json").read_text())
+
+
+def test_capture_run_succeeds(capture_run):
+    status, doc = capture_run
+    assert status == 0
+    suite = doc["suites"]["capture"]
+    assert suite["error"] is None and not suite["failures"]
+
+
+def test_capture_numbagraph_update_is_measured_at_every_size(capture_run):
+    _, doc = capture_run
+    rows = {r["case"]: r for r in doc["suites"]["capture"]["rows"]
+            if r["peer"] == "numbagraph" and r["unit"] == capture_cost.PHASE_UNIT}
+    assert set(rows) == {capture_cost.phase_case(capture_cost.UPDATE_ALONE, n)
+                         for n in doc["config"]["capture_sizes"]}
+    assert all(r["value"] > 0 and r["trials"] for r in rows.values())
+
+
+@pytest.mark.parametrize("peer", ["C++", "cuda.bindings"])
+def test_capture_phases_are_measured_or_skipped_with_a_reason(capture_run, peer):
+    _, doc = capture_run
+    suite = doc["suites"]["capture"]
+    reasons = dict(suite["skipped"])
+    measured = {r["case"] for r in suite["rows"]
+                if r["peer"] == peer and r["unit"] == capture_cost.PHASE_UNIT}
+    expected = {capture_cost.phase_case(phase, n) for phase in capture_cost.PHASES
+                for n in doc["config"]["capture_sizes"]}
+    assert measured == expected or (not measured and reasons.get(peer))
+    assert not str(reasons.get(peer, "")).startswith("failed")
 
 
 @pytest.fixture(scope="module")

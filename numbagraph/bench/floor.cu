@@ -8,10 +8,20 @@
 //   floor eager                           kernel launch, wall clock, us per launch
 //   floor loop                            scalar update + 1-node graph launch, wall
 //   floor capture --sizes 10,100,1000     capture + instantiate, wall, us per capture
+//   floor phases --sizes 10,100,1000      capture alone, instantiate alone and update
+//                                         alone (cudaGraphExecUpdate from a graph of
+//                                         the same launches on another array), wall,
+//                                         us per capture
+//   floor setparams                       one node's parameters set on an executable
+//                                         graph (kernel, copy and fill node), each
+//                                         call moving it to the other of two buffers,
+//                                         wall, us per call
 //
 // Common options: --elements N --trials T --warmup W --repeats R, and for
 // replay --target U --min-repeats A --max-repeats B (repeats per trial are
-// clamp(U / nodes, A, B), the formula the Python side uses), and --blocking 1
+// clamp(U / nodes, A, B), the formula the Python side uses), for phases
+// --target U (max(1, U / nodes) captures per trial, as the Python side
+// makes them), and --blocking 1
 // for a stream that synchronises with the legacy default stream, as
 // numba's cuda.stream() does (the default is a non-blocking stream).
 // On any CUDA error it prints {"error": "..."} and exits with status 1.
@@ -68,7 +78,8 @@ static std::vector<long> parse_list(const char* text) {
 static Options parse(int argc, char** argv) {
     Options o;
     if (argc < 2) {
-        std::printf("{\"error\": \"usage: floor replay|eager|loop|capture [options]\"}\n");
+        std::printf("{\"error\": \"usage: floor replay|eager|loop|capture|phases|setparams "
+                    "[options]\"}\n");
         std::exit(2);
     }
     o.mode = argv[1];
@@ -113,19 +124,28 @@ struct Tiny {
         block = dim3(256);
         grid = dim3((size + 255) / 256);
     }
-    void launch(cudaStream_t s) const { tiny<<<grid, block, 0, s>>>(a, n, size); }
+    void launch(cudaStream_t s) const { launch_on(a, s); }
+    void launch_on(float* target, cudaStream_t s) const {
+        tiny<<<grid, block, 0, s>>>(target, n, size);
+    }
     ~Tiny() {
         cudaFree(a);
         cudaFree(n);
     }
 };
 
-static cudaGraphExec_t capture(const Tiny& k, cudaStream_t s, long nodes) {
+// The graph of `nodes` launches of the kernel on `target`, not instantiated.
+static cudaGraph_t record(const Tiny& k, float* target, cudaStream_t s, long nodes) {
     cudaGraph_t graph;
-    cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (long i = 0; i < nodes; ++i) k.launch(s);
+    for (long i = 0; i < nodes; ++i) k.launch_on(target, s);
     CK(cudaStreamEndCapture(s, &graph));
+    return graph;
+}
+
+static cudaGraphExec_t capture(const Tiny& k, cudaStream_t s, long nodes) {
+    cudaGraph_t graph = record(k, k.a, s, nodes);
+    cudaGraphExec_t exec;
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphDestroy(graph));
     return exec;
@@ -240,6 +260,128 @@ static void run_capture(const Options& o, cudaStream_t s, const Tiny& k) {
     print(o.mode, results);
 }
 
+static void run_phases(const Options& o, cudaStream_t s, const Tiny& k) {
+    // Each trial makes max(1, target / nodes) graphs and times, each phase
+    // over all of them: their capture, their instantiation, and the update
+    // of each executable from a graph of the same launches on another array
+    // (captured untimed). Everything is destroyed untimed before the next.
+    float* other = nullptr;
+    CK(cudaMalloc(&other, k.size * sizeof(float)));
+    std::vector<Result> results;
+    for (long nodes : o.sizes) {
+        long reps = std::max(1L, o.target / nodes);
+        std::vector<cudaGraph_t> graphs(reps), sources(reps);
+        std::vector<cudaGraphExec_t> execs(reps);
+        Result phase[3] = {{"capture alone", static_cast<double>(nodes), "us", {}},
+                           {"instantiate alone", static_cast<double>(nodes), "us", {}},
+                           {"update alone", static_cast<double>(nodes), "us", {}}};
+        for (long t = -1; t < o.trials; ++t) {  // trial -1: untimed
+            auto t0 = Clock::now();
+            for (long r = 0; r < reps; ++r) graphs[r] = record(k, k.a, s, nodes);
+            double capture_us = seconds_since(t0) * 1e6 / reps;
+            t0 = Clock::now();
+            for (long r = 0; r < reps; ++r) CK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+            double instantiate_us = seconds_since(t0) * 1e6 / reps;
+            for (long r = 0; r < reps; ++r) sources[r] = record(k, other, s, nodes);
+            t0 = Clock::now();
+            for (long r = 0; r < reps; ++r) {
+                cudaGraphExecUpdateResultInfo info;
+                CK(cudaGraphExecUpdate(execs[r], sources[r], &info));
+            }
+            double update_us = seconds_since(t0) * 1e6 / reps;
+            for (long r = 0; r < reps; ++r) {
+                CK(cudaGraphExecDestroy(execs[r]));
+                CK(cudaGraphDestroy(graphs[r]));
+                CK(cudaGraphDestroy(sources[r]));
+            }
+            if (t < 0) continue;
+            phase[0].trials.push_back(capture_us);
+            phase[1].trials.push_back(instantiate_us);
+            phase[2].trials.push_back(update_us);
+        }
+        results.insert(results.end(), phase, phase + 3);
+    }
+    CK(cudaFree(other));
+    print(o.mode, results);
+}
+
+// The node of `type` in `graph`, which holds one of each type it has.
+static cudaGraphNode_t node_of(cudaGraph_t graph, cudaGraphNodeType type) {
+    size_t count = 0;
+    CK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType found;
+        CK(cudaGraphNodeGetType(node, &found));
+        if (found == type) return node;
+    }
+    std::printf("{\"error\": \"the captured graph has no node of type %d\"}\n",
+                static_cast<int>(type));
+    std::exit(1);
+}
+
+static void run_setparams(const Options& o, cudaStream_t s, const Tiny& k) {
+    // One graph of a kernel launch on `a`, a copy from `a` into `copied` and
+    // a fill of `filled`; each call sets one node's parameters, its buffer
+    // alternating with `spare`. Nothing is launched while they are timed.
+    size_t bytes = k.size * sizeof(float);
+    float *spare = nullptr, *copied = nullptr, *filled = nullptr;
+    CK(cudaMalloc(&spare, bytes));
+    CK(cudaMalloc(&copied, bytes));
+    CK(cudaMalloc(&filled, bytes));
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    k.launch(s);
+    CK(cudaMemcpyAsync(copied, k.a, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaMemsetAsync(filled, 0, bytes, s));
+    CK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphNode_t kernel = node_of(graph, cudaGraphNodeTypeKernel);
+    cudaGraphNode_t copy = node_of(graph, cudaGraphNodeTypeMemcpy);
+    cudaGraphNode_t fill = node_of(graph, cudaGraphNodeTypeMemset);
+
+    float* arg_a = k.a;
+    const float* arg_n = k.n;
+    int arg_size = k.size;
+    void* args[] = {&arg_a, &arg_n, &arg_size};
+    cudaKernelNodeParams launch = {};
+    launch.func = reinterpret_cast<void*>(tiny);
+    launch.gridDim = k.grid;
+    launch.blockDim = k.block;
+    launch.sharedMemBytes = 0;
+    launch.kernelParams = args;
+    launch.extra = nullptr;
+    cudaMemsetParams memset_params = {};
+    CK(cudaGraphMemsetNodeGetParams(fill, &memset_params));
+    float* sources[] = {k.a, spare};
+    float* fills[] = {filled, spare};
+
+    std::vector<Result> results;
+    results.push_back(wall(o, s, "kernel node", [&](long i) {
+        arg_a = sources[i & 1];
+        CK(cudaGraphExecKernelNodeSetParams(exec, kernel, &launch));
+    }));
+    results.push_back(wall(o, s, "memcpy node", [&](long i) {
+        CK(cudaGraphExecMemcpyNodeSetParams1D(exec, copy, copied, sources[i & 1], bytes,
+                                              cudaMemcpyDeviceToDevice));
+    }));
+    results.push_back(wall(o, s, "memset node", [&](long i) {
+        memset_params.dst = fills[i & 1];
+        CK(cudaGraphExecMemsetNodeSetParams(exec, fill, &memset_params));
+    }));
+    // The executable must still run, with the parameters set last.
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaFree(spare));
+    CK(cudaFree(copied));
+    CK(cudaFree(filled));
+    print(o.mode, results);
+}
+
 int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     int devices = 0;
@@ -255,6 +397,8 @@ int main(int argc, char** argv) {
         else if (o.mode == "eager") run_eager(o, s, k);
         else if (o.mode == "loop") run_loop(o, s, k);
         else if (o.mode == "capture") run_capture(o, s, k);
+        else if (o.mode == "phases") run_phases(o, s, k);
+        else if (o.mode == "setparams") run_setparams(o, s, k);
         else {
             std::printf("{\"error\": \"unknown mode %s\"}\n", o.mode.c_str());
             return 2;

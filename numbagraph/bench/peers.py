@@ -21,7 +21,7 @@ from .kernels import TINY_CUDA_SOURCE, NumbaTiny
 
 __all__ = [
     "numba_tiny", "numba_tiny_nonblocking", "warm_up", "raw_driver", "libcuda",
-    "torch_cuda", "cupy_cuda", "cupy_tiny", "require_driver",
+    "torch_cuda", "cupy_cuda", "cupy_tiny", "require_driver", "checked",
 ]
 
 
@@ -81,6 +81,18 @@ def raw_driver(ctx: Context) -> types.SimpleNamespace:
         return types.SimpleNamespace(cu=cu, Stream=Stream, Options=GraphCompleteOptions)
 
     return ctx.shared("raw", load)
+
+
+def checked(call: str, returned: tuple) -> Any:
+    """What a cuda.bindings call returned after its status: None, its one
+    value, or a tuple of several; a RuntimeError naming ``call`` where the
+    status is an error."""
+    err, *values = returned
+    if err:
+        raise RuntimeError(f"{call}: {err}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def libcuda(ctx: Context) -> Any:
