@@ -92,8 +92,22 @@ def _start_releaser() -> None:
     thread.start()
 
 
+# Driver threads whose Python thread state is kept between their calls.
+_kept_states: set[int] = set()
+
+
+def _keep_thread_state() -> None:
+    """Keep the thread state Python made for this driver thread as ctypes
+    called in: one more ``PyGILState_Ensure``, never released, so each later
+    call finds it, where it would make one and destroy it again every time."""
+    _kept_states.add(threading.get_ident())
+    ctypes.pythonapi.PyGILState_Ensure()
+
+
 def _run(token: int | None) -> None:
     """The trampoline: run the call of ``token``, if it still exists."""
+    if threading.get_ident() not in _kept_states:
+        _keep_thread_state()
     key = token or 0
     call = _once.pop(key, None)
     once = call is not None
@@ -111,6 +125,8 @@ def _run(token: int | None) -> None:
 
 def _release(token: int | None) -> None:
     """The user object's destructor: no graph runs the call any more."""
+    if threading.get_ident() not in _kept_states:
+        _keep_thread_state()
     call = _recorded.pop(token or 0, None)
     if call is not None:
         _done_with(call)
