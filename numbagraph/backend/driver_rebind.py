@@ -97,6 +97,9 @@ def _copied(params: Any, fields: Sequence[str]) -> Any:
     return copy
 
 
+_set_kernel = cu.cuGraphExecKernelNodeSetParams
+
+
 class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
@@ -139,8 +142,9 @@ class _Kernel:
         self._words[slot] = value
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        check("cuGraphExecKernelNodeSetParams",
-              cu.cuGraphExecKernelNodeSetParams(graph_exec, self.node, self.params))
+        err, = _set_kernel(graph_exec, self.node, self.params)
+        if err:
+            raise DriverError("cuGraphExecKernelNodeSetParams", err)
 
 
 class _Memcpy:
@@ -236,16 +240,17 @@ class _Plan:
                 entry.write(slot, new)
                 changed[id(entry)] = entry
         graph_exec, ctx = index.graph_exec, index.ctx
-        done: list[Any] = []
+        entries = list(changed.values())
+        done = 0
         try:
-            for entry in changed.values():
+            for entry in entries:
                 entry.set_on(graph_exec, ctx)
-                done.append(entry)
+                done += 1
         except DriverError:
             for old, _ in self._moved:
                 for entry, slot in holders[old]:
                     entry.write(slot, old)
-            for entry in done:
+            for entry in entries[:done]:
                 try:
                     entry.set_on(graph_exec, ctx)
                 except DriverError:  # noqa: PERF203  restore what can be restored

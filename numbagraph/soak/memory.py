@@ -37,7 +37,7 @@ import gc
 import os
 import resource
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numbagraph as ng  # noqa: F401,I001  (picks the backend before numba.cuda loads)
@@ -123,6 +123,13 @@ class Limits:
     device_trend: int = 1 * MIB
     host_trend: int = 2 * MIB
     objects_trend: int = 128
+
+    def capturing_at_once(self, streams: int) -> "Limits":
+        """These limits for a workload whose ``streams`` streams capture at
+        the same time: the driver keeps a block of its pool for each stream
+        that captured alongside others, so the device may rise by a block
+        per stream; the trend bound, which a leak breaks, stays."""
+        return replace(self, device=max(self.device, streams * self.device))
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ def _one_mode(plan: Plan, mode: str) -> Result:
         result.note += "; documented refusals retried: " + ", ".join(
             f"{n} {name}" for name, n in sorted(refusals.items()))
     if growth is not None:
-        result.judge(growth, plan.limits)
+        result.judge(growth, plan.limits.capturing_at_once(plan.threads))
     return result
 
 
