@@ -256,6 +256,32 @@ def test_noisy_flat_passes_and_noisy_leak_fails():
         "host memory keeps growing after warm-up"]
 
 
+def test_streams_capturing_at_once_may_each_keep_a_block_of_the_device():
+    limits = Limits()
+    eight = limits.capturing_at_once(8)
+    assert eight.device == 8 * limits.device == 16 * MIB
+    # The trend bound, which a leak breaks, and the host's and objects' stay.
+    assert eight.device_trend == limits.device_trend == MIB
+    assert (eight.host, eight.host_trend, eight.objects, eight.objects_trend) == (
+        limits.host, limits.host_trend, limits.objects, limits.objects_trend)
+    assert limits.capturing_at_once(1) == limits == limits.capturing_at_once(0)
+    # Four blocks at once, then one at a time (seen on an H200), flat after.
+    assert _device(_steps(3, 3, 3, 3), limits=eight).passed
+    assert _device(_steps(7, 14), limits=eight).passed
+    # A leak counted in blocks still fails, by its trend.
+    leak = _device([2 * MIB * int(256 * KIB * t // (2 * MIB)) for t in SECONDS], limits=eight)
+    assert [why.split(":")[0] for why in leak.failures] == [
+        "device memory keeps growing after warm-up"]
+    # A quick run, too short for a trend, is held to the rise bound.
+    quick = [0.0, 1.0, 2.0]
+    assert judge_series(quick, [0, 8 * MIB, 8 * MIB], rise_bound=eight.device,
+                        trend_bound=eight.device_trend).passed
+    assert not judge_series(quick, [0, 8 * MIB, 8 * MIB], rise_bound=limits.device,
+                            trend_bound=limits.device_trend).passed
+    assert not judge_series(quick, [0, 8 * MIB, 18 * MIB], rise_bound=eight.device,
+                            trend_bound=eight.device_trend).passed
+
+
 def test_too_few_samples_judge_the_whole_growth():
     trend = judge_series([0, 100], [0, 3 * MIB], rise_bound=2 * MIB, trend_bound=MIB,
                          what="device memory", unit="cycle")
