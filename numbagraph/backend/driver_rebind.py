@@ -97,7 +97,10 @@ def _copied(params: Any, fields: Sequence[str]) -> Any:
     return copy
 
 
+# The calls that set a node on an executable, each checked by its caller.
 _set_kernel = cu.cuGraphExecKernelNodeSetParams
+_set_memcpy = cu.cuGraphExecMemcpyNodeSetParams
+_set_memset = cu.cuGraphExecMemsetNodeSetParams
 
 
 class _Kernel:
@@ -172,8 +175,9 @@ class _Memcpy:
         setattr(self.params, slot, cu.CUdeviceptr(value))
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        check("cuGraphExecMemcpyNodeSetParams",
-              cu.cuGraphExecMemcpyNodeSetParams(graph_exec, self.node, self.params, ctx))
+        err, = _set_memcpy(graph_exec, self.node, self.params, ctx)
+        if err:
+            raise DriverError("cuGraphExecMemcpyNodeSetParams", err)
 
 
 class _Memset:
@@ -200,8 +204,9 @@ class _Memset:
         self.params.dst = cu.CUdeviceptr(value)
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        check("cuGraphExecMemsetNodeSetParams",
-              cu.cuGraphExecMemsetNodeSetParams(graph_exec, self.node, self.params, ctx))
+        err, = _set_memset(graph_exec, self.node, self.params, ctx)
+        if err:
+            raise DriverError("cuGraphExecMemsetNodeSetParams", err)
 
 
 _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _Memset.of}
