@@ -13,6 +13,8 @@ from . import _patches, alloc, capture as _capture, conditional, errors, graph, 
 from .alloc import *  # noqa: F401,F403
 from .capture import *  # noqa: F401,F403
 from .conditional import *  # noqa: F401,F403
+from . import devnodes as _devnodes
+from .devnodes import *  # noqa: F401,F403
 from .errors import *  # noqa: F401,F403
 from .graph import *  # noqa: F401,F403
 from . import nodes as _nodes
@@ -59,7 +61,7 @@ def backend() -> str:
 
 __all__ = [
     "backend", "ops",
-    *_capture.__all__, *graph.__all__, *_nodes.__all__, *scalar.__all__, *conditional.__all__,
+    *_capture.__all__, *graph.__all__, *_nodes.__all__, *scalar.__all__, *conditional.__all__, *_devnodes.__all__,
     *alloc.__all__, *errors.__all__, *ops.__all__, *_precompile.__all__, *_graphed.__all__, *_launch.__all__, *loops.__all__,
     *_host.__all__,
     "fork", "dist",

@@ -32,7 +32,8 @@ from . import _registry
 from .backend import active as _backend
 from .conditional import _blocks_for, set_condition
 
-__all__ = ["MAX_UNROLL", "PassRecording", "guard_for", "recording_passes"]
+__all__ = ["MAX_UNROLL", "PassRecording", "guard_for", "held_launch", "pass_guarded",
+           "recording_passes"]
 
 MAX_UNROLL = 64
 """The most passes one iteration of an unrolled loop records."""
@@ -240,6 +241,23 @@ def _hook(handle: int, kernel: Any, args: tuple) -> tuple | None:
     session = _registry.on(handle)
     recording = _passes.get(session) if session is not None else None
     return None if recording is None else recording.swap(kernel, args)
+
+
+def pass_guarded(session: Any) -> bool:
+    """Whether a guarded pass records in ``session`` now: its launches are
+    swapped for their guards."""
+    recording = _passes.get(session)
+    return recording is not None and recording.guarded
+
+
+def held_launch(session: Any) -> None:
+    """The launch just recorded in the pass recording in ``session`` (if
+    any) must stay one node, which a pass repeated per iteration would not
+    be (a device-updatable kernel node): it counts as a node other than a
+    kernel launch, so the loop records one pass per iteration."""
+    recording = _passes.get(session)
+    if recording is not None and recording.launches:
+        recording.launches -= 1
 
 
 class recording_passes:

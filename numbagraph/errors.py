@@ -25,6 +25,7 @@ __all__ = [
     "ScalarValueError",
     "OpError",
     "ConditionalError",
+    "DeviceNodeError",
     "RebindError",
     "GraphedError",
     "DistError",
@@ -126,6 +127,20 @@ class ConditionalError(NumbagraphError, RuntimeError):
     Raised as a condition is made, a block opens or a kernel is launched, it
     leaves the capture as it was: nothing was recorded. Raised as a block or
     the capture ends, the capture is discarded.
+    """
+
+
+class DeviceNodeError(NumbagraphError, RuntimeError):
+    """A [DeviceNode][numbagraph.DeviceNode] was made or attached where CUDA
+    cannot update a kernel node from the GPU, or a graph holding one was
+    used as CUDA forbids for such a graph: updated from or into another
+    graph ([CapturedGraph.update][numbagraph.CapturedGraph.update]), or
+    recorded into another capture as a child graph.
+
+    Raised as a node is made or its block opens, or by a graph's call, it
+    changes nothing and the capture goes on. Raised as the block ends, the
+    kernels launched in it stay recorded as ordinary kernel nodes and the
+    capture goes on; raised as the capture ends, the capture is discarded.
     """
 
 

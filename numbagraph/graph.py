@@ -14,8 +14,8 @@ from ._hostcalls import attention as _host_attention
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .errors import (
-    CaptureStateError, CaptureWarning, DeviceMismatchError, GraphClosedError, NumbagraphError,
-    RebindError,
+    CaptureStateError, CaptureWarning, DeviceMismatchError, DeviceNodeError, GraphClosedError,
+    NumbagraphError, RebindError,
 )
 from .safety import (
     embed_child, guard_child_graph, guard_graph_launch, guard_instantiation,
@@ -552,6 +552,9 @@ class CapturedGraph:
         DeviceMismatchError
             ``other`` was captured on another device than this graph
             ([device][numbagraph.CapturedGraph.device]); nothing changed.
+        DeviceNodeError
+            Either graph holds a device-updatable kernel node
+            ([device_updatable][numbagraph.device_updatable]); nothing changed.
         UncapturableOperationError
             This graph must be instantiated now and a capture forbids it.
 
@@ -581,6 +584,14 @@ class CapturedGraph:
                 "updated from another graph, or be the source of an update: each "
                 "graph's memory is its own, at addresses the other's nodes do not "
                 "hold. Capture a new graph, or rebind() the arrays made outside it")
+        if self._res.executable is not None and other._res.executable is not None and (
+                _backend.device_node_count(self._res.executable)
+                or _backend.device_node_count(other._res.executable)):
+            raise DeviceNodeError(
+                "graph update: a graph holding a device-updatable kernel node "
+                "(ng.device_updatable) cannot be updated from another graph, or be the "
+                "source of an update: CUDA refuses cuGraphExecUpdate for it. Capture a "
+                "new graph, or rebind() its arrays. The graph is unchanged")
         with _Held(self._res, other._res):
             self._update(other)
 

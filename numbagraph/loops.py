@@ -365,8 +365,8 @@ class RepeatLoop:
                 raise ConditionalError(
                     f"ng.repeat(unroll={passes}): the pass recorded {other} node(s) other "
                     "than kernel launches (a copy, a fill, a DeviceScalar update, a "
-                    "library's work such as a cuBLAS product, a child graph or a nested "
-                    "block), which cannot be skipped on the device once the loop stops "
+                    "library's work such as a cuBLAS product, a child graph, a nested "
+                    "block or an ng.device_updatable kernel node), which cannot be skipped on the device once the loop stops "
                     "inside an iteration. Launch only kernels and numbagraph's kernel ops "
                     "in an unrolled pass, or use unroll=1 or 'auto' (which records one pass "
                     "per iteration for such a pass). The capture is discarded")

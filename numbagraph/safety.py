@@ -53,6 +53,7 @@ from .errors import (
     CaptureWarning,
     ConditionalError,
     DeviceMismatchError,
+    DeviceNodeError,
     GraphMemoryError,
     ForeignStreamInCaptureError,
     HostArrayInCaptureError,
@@ -1171,6 +1172,14 @@ def guard_child_graph(executable: Any, memory: Any, rebound: bool, what: str) ->
             "if_else, switch), which CUDA forbids in a child graph. Record its work "
             "in this capture instead (call what captured it), or launch it after "
             "the capture. Nothing was recorded; the capture goes on")
+    if _backend.device_node_count(executable):
+        raise DeviceNodeError(
+            f"{what}: the graph holds a device-updatable kernel node "
+            "(ng.device_updatable), whose handle belongs to the graph's own "
+            "executable, and CUDA runs one executable of such a graph at a time: a "
+            "child graph node would make another. Record its work in this capture "
+            "instead (call what captured it), or launch it after the capture. "
+            "Nothing was recorded; the capture goes on")
     if rebound:
         raise NumbagraphError(
             f"{what}: the graph was rebound (by rebind(), or by update() from a "

@@ -23,6 +23,9 @@ BACKENDS["simulator"] += ("simulator_streams",)
 # Each backend's collectives.
 BACKENDS["cuda"] += ("driver_dist",)
 BACKENDS["simulator"] += ("simulator_dist",)
+# Each backend's device-updatable kernel nodes.
+BACKENDS["cuda"] += ("driver_devnodes",)
+BACKENDS["simulator"] += ("simulator_devnodes",)
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

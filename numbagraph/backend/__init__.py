@@ -134,6 +134,13 @@ else:
     from . import driver_dist as _dist  # type: ignore[no-redef]
 _modules += (_dist,)
 
+# Each backend's device-updatable kernel nodes.
+if _numba_config.ENABLE_CUDASIM:
+    from . import simulator_devnodes as _devnodes
+else:
+    from . import driver_devnodes as _devnodes  # type: ignore[no-redef]
+_modules += (_devnodes,)
+
 active: Backend = bind(_modules[0].NAME, *_modules)
 
 __all__ = ["active", "capture_key", "PER_THREAD_HANDLE"]

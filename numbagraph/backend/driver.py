@@ -32,6 +32,7 @@ from .driver_base import (
     CAPTURE_ACTIVE, CAPTURE_INVALIDATED, CAPTURE_MODES, CAPTURE_NONE, DriverError,
     capture_status, check, in_context,
 )
+from .driver_devnodes import Ready, opt_in
 from .driver_rebind import NodeIndex, graph_nodes
 from .driver_streams import join_forks
 from .interface import Move
@@ -154,12 +155,14 @@ class Recording:
         executable = Executable(graph, self.bodies,
                                 ctx if err == cu.CUresult.CUDA_SUCCESS else None,
                                 self.conditionals)
-        if instantiate:
-            try:
+        try:
+            # Device-updatable nodes are opted in before any instantiation.
+            executable.device_nodes = opt_in(self)
+            if instantiate:
                 executable.instantiate()
-            except Exception:
-                executable.close()
-                raise
+        except Exception:
+            executable.close()
+            raise
         return executable
 
     @_in_stream_context
@@ -193,6 +196,9 @@ _AUTO_FREE_ON_LAUNCH = int(
 
 class Executable:
     """A captured graph, which it owns, and its instantiation."""
+
+    # Its device-updatable kernel nodes, if any (driver_devnodes).
+    device_nodes: Ready | None = None
 
     def __init__(self, graph: Any, bodies: Sequence[Any] = (), ctx: Any = None,
                  conditionals: dict[int, tuple] | None = None):
@@ -248,9 +254,14 @@ class Executable:
                 if err:
                     raise DriverError("cuGraphLaunch", err)
 
+        if self.device_nodes is not None:
+            return self.device_nodes.launcher(graph_exec, stream, ctx, launch)
         return launch
 
     def upload(self, handle: int) -> None:
+        if self.device_nodes is not None:
+            self.device_nodes.prepare(self.instantiate(), cu.CUstream(handle), self._ctx)
+            return
         check("cuGraphUpload", in_context(self._ctx, cu.cuGraphUpload, self.instantiate(),
                                            cu.CUstream(handle)))
 
@@ -305,6 +316,8 @@ class Executable:
         return source._definition, source._conditionals
 
     def plan_rebind(self, moves: Sequence[Move]) -> Any:
+        if self.device_nodes is not None:
+            self.device_nodes.due = True  # an update from the host: upload again
         if self._index is None:
             source = self._applied or self
             if source._definition is None:

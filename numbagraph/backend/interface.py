@@ -505,6 +505,39 @@ class Backend(Protocol):
         kernel launch: where it returns ``(kernel2, args2)``, the launch is
         ``kernel2`` with ``args2``, in the same configuration, instead."""
 
+    # ------------------------------------------------------------ device-updatable nodes
+
+    def device_node_create(self, recording: Recording,
+                           release: Callable[[Callable[[], None]], None]) -> Any:
+        """The state of a new device node of the capture ``recording``, to be
+        attached to a kernel node later in the capture (anything it holds in
+        device memory is freed through ``release`` once collected)."""
+
+    def device_node_argument(self, state: Any) -> Any:
+        """What a kernel is given for a device node."""
+
+    def device_node_attach(self, recording: Recording, state: Any, handle: int) -> None:
+        """Make the node the stream ``handle`` recorded last, a kernel node,
+        the device node of ``state``: kernels calling ``set_grid`` and
+        ``set_enabled`` with it update that node in the executable, from the
+        GPU. TypeError where the stream's work does not stand after exactly
+        one kernel node."""
+
+    def device_node_count(self, executable: Executable) -> int:
+        """How many device-updatable kernel nodes the graph ``executable``
+        runs holds (none may be in a graph updated from or into another, or
+        recorded into another capture as a child graph)."""
+
+    def set_grid(self, node: Any, x: Any, y: Any = 1, z: Any = 1) -> int:
+        """Device function: set the grid of the device node ``node`` to
+        ``(x, y, z)`` (each taken as a uint32); CUDA's error code: 0, or 1
+        (cudaErrorInvalidValue, nothing changed) for a dimension of 0 or
+        beyond the device's limits."""
+
+    def set_enabled(self, node: Any, enabled: Any) -> int:
+        """Device function: enable (non-zero) or disable the device node
+        ``node``; CUDA's error code, 0."""
+
     # ------------------------------------------------------------ several streams
 
     def wait_stream(self, waiter: int, waited: int) -> None:

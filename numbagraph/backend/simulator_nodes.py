@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .interface import NodeInfo
+from .simulator_devnodes import Updatable
 from .simulator import _copy_to_device, _device_to_device, _device_to_host, _run, _store_scalar
 from .simulator_conditional import _Node
 from .simulator_dist import _one_rank
@@ -87,6 +88,8 @@ def _scalar_memsets(held: np.ndarray) -> Iterator[NodeInfo]:
 
 
 def _infos(call: Any) -> Iterator[NodeInfo]:
+    if isinstance(call, Updatable):
+        call = call.call  # a device node: the kernel node as captured
     if isinstance(call, _Node):
         yield NodeInfo("conditional", conditional=call.kind, condition=call.cell,
                        bodies=tuple(_describe(body, links)
