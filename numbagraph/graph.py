@@ -125,7 +125,11 @@ class _Resources:
 
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
-        :meth:`release` does."""
+        :meth:`release` does: at once where no capture runs and no launch of
+        the graph needs waiting for."""
+        if not _captures and (not self.launched or _backend.frees_wait_for_device()):
+            keepalive.clear()
+            return
         release_when_idle(functools.partial(_free, None, keepalive, set(self.launched)))
 
     def __del__(self) -> None:
@@ -202,6 +206,14 @@ class _Held:
 
     def __enter__(self) -> None:
         graphs = self._graphs
+        if len(graphs) == 1 and graphs[0].source is None:
+            # One graph that runs its own definition: its lock alone.
+            lock = graphs[0].lock
+            lock.acquire()
+            if graphs[0].source is None:
+                self._locks = [lock]
+                return
+            lock.release()
         while True:
             sources = [res.source for res in graphs]
             wanted = {id(res): res.lock for res in (*graphs, *sources) if res is not None}

@@ -441,8 +441,15 @@ def _kernel_name(dispatcher: Any) -> str:
 
 def frees_wait_for_device() -> bool:
     """numba's own memory manager frees with cuMemFree, which waits for the
-    device; a plugged-in one may free in stream order."""
-    return type(_numba_context().memory_manager) is _numba_driver.NumbaCUDAMemoryManager
+    device; a plugged-in one may free in stream order. numba picks the
+    manager once per process, so the answer is worked out once."""
+    if not _frees_wait:
+        _frees_wait.append(
+            type(_numba_context().memory_manager) is _numba_driver.NumbaCUDAMemoryManager)
+    return _frees_wait[0]
+
+
+_frees_wait: list[bool] = []
 
 
 def joins_legacy_stream(handle: int) -> bool:

@@ -516,18 +516,45 @@ def type_launch(dispatcher: Any, args: tuple) -> None:
     if (not isinstance(dispatcher, CUDADispatcher) or getattr(dispatcher, "specialized", False)
             or not dispatcher._can_compile):
         return
-    if FAST and plan_for(dispatcher, args, _context_key()) is not None:
-        return  # compiled for exactly these types
-    types = argument_types(dispatcher, args)
-    if types in dispatcher.overloads:
-        return
-    try:
-        dispatcher.compile(types)
-    except _TYPING_ERRORS as exc:
-        name = dispatcher.py_func.__name__
-        raise untyped_launch(name, dispatcher.py_func, args, types, str(exc)) from exc
-    except Exception:  # noqa: BLE001  numba's launch raises its own error
-        return
+    marks = _marks(args)
+    last = _typed.get(dispatcher)
+    if last is not None and _same_marks(marks, last):
+        return  # the arguments it was last typed for
+    if not (FAST and plan_for(dispatcher, args, _context_key()) is not None):
+        types = argument_types(dispatcher, args)
+        if types not in dispatcher.overloads:
+            try:
+                dispatcher.compile(types)
+            except _TYPING_ERRORS as exc:
+                name = dispatcher.py_func.__name__
+                raise untyped_launch(name, dispatcher.py_func, args, types, str(exc)) from exc
+            except Exception:  # noqa: BLE001  numba's launch raises its own error
+                return
+    if len(_typed) > 4096:
+        _typed.clear()
+    _typed[dispatcher] = marks
+
+
+# dispatcher -> the marks (:func:`_marks`) of the arguments it was last
+# typed for by :func:`type_launch`.
+_typed: dict[Any, tuple] = {}
+_NUMBERS = (int, float, bool, complex)
+
+
+def _same_marks(marks: tuple, last: tuple) -> bool:
+    """Whether arguments of ``marks`` type as those of ``last`` did, known
+    without typing them: the same arrays (an array not launched yet has no
+    mark, None, and is typed again), the same other objects, or equal
+    Python numbers of one type."""
+    if len(marks) != len(last):
+        return False
+    for a, b in zip(marks, last):
+        if a is b:
+            if a is None:
+                return False
+        elif not (type(a) is type(b) and type(a) in _NUMBERS and a == b):
+            return False
+    return True
 
 
 def _forgetting_plans(original: Callable) -> Callable:
