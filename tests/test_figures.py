@@ -241,3 +241,40 @@ def test_a_simulator_run_names_the_figures_it_would_overwrite(tmp_path, monkeypa
     assert exc.value.code == 2
     assert "and the figures README.md quote from them" in capsys.readouterr().err
     assert readme.read_text() == before
+
+
+# The guide's pages quote measured figures in prose; each block of text that
+# does names its run with a link into the benchmarks page (its current
+# results, or the history section of an earlier run). reliability.md quotes
+# the soak's runs, device-nodes.md its own probe.
+GUIDE_PAGES = [p for p in sorted((ROOT / "docs").glob("*.md"))
+               if p.name not in ("reliability.md", "device-nodes.md")]
+# A measured time, rate or ratio (not a size, a percentage, nor `32×32`).
+MEASURED = re.compile(r"\d[\d.,]*\s*(µs|ms\b|ns\b|×(?!\s*\d)|[KMGT]B/s|x faster)")
+
+
+def _prose_blocks(text: str) -> list[tuple[int, str]]:
+    """(first line, text) of each block of lines between blank lines, code
+    blocks left out; a table is joined to the block that introduces it."""
+    blocks: list[tuple[int, list[str]]] = []
+    fenced, fresh = False, True
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced, fresh = not fenced, True
+            continue
+        if fenced or not line.strip():
+            fresh = True
+            continue
+        if fresh and not (line.startswith("|") and blocks):
+            blocks.append((number, []))
+        blocks[-1][1].append(line)
+        fresh = False
+    return [(number, "\n".join(lines)) for number, lines in blocks]
+
+
+@pytest.mark.parametrize("page", GUIDE_PAGES, ids=lambda p: p.name)
+def test_figures_in_the_guide_name_their_benchmark_run(page):
+    unnamed = [f"{page.name}:{number}: {block.splitlines()[0]}"
+               for number, block in _prose_blocks(page.read_text())
+               if MEASURED.search(block) and "benchmarks/README.md#" not in block]
+    assert unnamed == []
