@@ -30,6 +30,7 @@ __all__ = [
     "on", "active", "add", "add_fork", "drop_forks",
     "claim", "ended", "discard", "invalidate", "consequence", "raise_if_invalidated",
     "take_ended", "release_when_idle", "run_deferred", "forget_orphans", "device_wrappers",
+    "launch_checks",
     "register_device_wrapper", "unsafe_call", "no_unsafe_calls",
 ]
 
@@ -498,7 +499,17 @@ device_wrappers: dict[type, Callable[[Any], Any]] = {}
 to unwrap them: a launch is made with ``unwrap(obj)``."""
 
 
-def register_device_wrapper(cls: type, unwrap: Callable[[Any], Any]) -> None:
+def register_device_wrapper(cls: type, unwrap: Callable[[Any], Any],
+                            check: Callable[[Any, Any], None] | None = None) -> None:
     """Launch kernels with ``unwrap(obj)`` wherever an instance of ``cls``
-    is passed."""
+    is passed; with ``check``, a launch given one while a capture runs first
+    calls ``check(obj, session)``, ``session`` the capture it records into
+    (None: it runs at once), which raises to refuse it."""
     device_wrappers[cls] = unwrap
+    if check is not None:
+        launch_checks[cls] = check
+
+
+launch_checks: dict[type, Callable[[Any, Any], None]] = {}
+"""The device wrappers whose launches are checked against the capture they
+record into, and their checks (see :func:`register_device_wrapper`)."""

@@ -212,7 +212,21 @@ def _kernel_argument(node: DeviceNode) -> Any:
     return _backend.device_node_argument(node._state)
 
 
-_registry.register_device_wrapper(DeviceNode, _kernel_argument)
+def _launched_into(node: DeviceNode, session: Any) -> None:
+    """Refuse a kernel given ``node`` unless it records into the node's own
+    capture: CUDA lets only the node's own graph update it."""
+    own = node._live("cannot pass a DeviceNode to a kernel")
+    if session is not own:
+        where = ("runs at once" if session is None
+                 else f"records into another capture, on {session.stream!r}")
+        raise DeviceNodeError(
+            f"a kernel given {node._called()} {where}; only kernels of the node's own "
+            f"capture, on {own.stream!r} or a stream forked into it, may update it, as "
+            "CUDA lets only the node's own graph change it. Launch the kernel on that "
+            "stream inside the capture. Nothing was launched or recorded")
+
+
+_registry.register_device_wrapper(DeviceNode, _kernel_argument, _launched_into)
 
 
 @contextlib.contextmanager

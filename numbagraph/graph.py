@@ -128,8 +128,15 @@ class _Resources:
         :meth:`release` does: at once where no capture runs and no launch of
         the graph needs waiting for."""
         if not _captures and (not self.launched or _backend.frees_wait_for_device()):
-            keepalive.clear()
-            return
+            # Under the registry's lock no capture begins while they go.
+            lock = _registry.lock
+            if lock.acquire(blocking=False):
+                try:
+                    if not _captures:
+                        keepalive.clear()
+                        return
+                finally:
+                    lock.release()
         release_when_idle(functools.partial(_free, None, keepalive, set(self.launched)))
 
     def __del__(self) -> None:
@@ -757,6 +764,11 @@ class CapturedGraph:
             res.operands = _rebind.operands_of(res.keepalive)
         if res.operands:
             _rebind.check_operands(res.operands, moves)
+        if res.launched and _backend.device_node_count(res.executable):
+            # CUDA leaves a node's host update undefined while a kernel may be
+            # updating it from the device: the graph's launches end first.
+            for handle in tuple(res.launched):
+                _backend.synchronize(handle)
         try:
             plan.apply()
         except Exception as exc:

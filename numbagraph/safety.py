@@ -1021,6 +1021,11 @@ def on_launch(handle: int, kernel: Any, args: tuple) -> tuple:
     recording = None
     if _sessions:
         session = _sessions.get(handle if handle != PER_THREAD_HANDLE else key_of(handle))
+        if wrapped and _registry.launch_checks:
+            for arg in args:
+                launch_check = _registry.launch_checks.get(type(arg))
+                if launch_check is not None:
+                    launch_check(arg, session)
         launched = args
         if (check or handle in LEGACY_DEFAULT_HANDLES
                 or (session is not None and session.failure is not None)):

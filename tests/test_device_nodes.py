@@ -307,6 +307,17 @@ def test_a_rebinding_that_moves_the_nodes_arrays_sets_its_captured_grid(stream):
     assert g.launch(5) == (5, 0)
 
 
+def test_after_a_rebinding_a_kernel_before_the_node_sets_its_grid_in_the_first_launch(stream):
+    # The host sets the node whole before that launch's kernels run, so the
+    # planner's change in that very launch holds.
+    g = Counted(stream)
+    g.launch(7)
+    other = zeros(1, stream)
+    g.graph.rebind({g.tally: other})
+    g.tally = other
+    assert g.launch(5) == (5, 0)
+
+
 def test_an_uploaded_graph_sees_updates_too(stream):
     g = Counted(stream)
     g.graph.upload(stream)
@@ -369,6 +380,30 @@ def test_a_node_is_refused_as_an_argument_after_its_capture(stream):
     g = Counted(stream)
     with pytest.raises(ng.DeviceNodeError, match="has ended"):
         plan_grid[1, 1, stream](g.node, g.want, g.err)
+
+
+@pytest.mark.parametrize("where", ["eager", "another capture"])
+def test_a_node_is_refused_as_an_argument_of_a_launch_outside_its_capture(stream, where):
+    s2 = cuda.stream()
+    want = cuda.to_device(np.array([9], np.int32), stream=s2)
+    err = cuda.to_device(np.array([-1], np.int32), stream=s2)
+    tally = zeros(1, stream)
+    with ng.capture(stream) as cap:
+        node = ng.DeviceNode()
+        with ng.device_updatable(node):
+            count_blocks[CAPTURED, 2, stream](tally)
+        if where == "eager":
+            with pytest.raises(ng.DeviceNodeError, match="runs at once"):
+                plan_grid[1, 1, s2](node, want, err)
+        else:
+            with ng.capture(s2, mode="relaxed") as other:
+                with pytest.raises(ng.DeviceNodeError, match="another capture"):
+                    plan_grid[1, 1, s2](node, want, err)
+                count_blocks[1, 1, s2](tally)            # the capture goes on
+            assert other.graph.num_nodes == 1
+    cap.graph.launch(stream)
+    assert int(host(tally, stream)[0]) == CAPTURED
+    assert int(host(err, s2)[0]) == -1                   # the planner never ran
 
 
 @pytest.mark.parametrize("direction", ["into", "from"])

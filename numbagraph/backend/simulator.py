@@ -252,16 +252,19 @@ class _Plan:
     place by ``apply``. The calls are rebuilt, never changed, since a graph
     updated from this one shares them."""
 
-    __slots__ = ("used", "_executable", "_nodes")
+    __slots__ = ("used", "_executable", "_nodes", "_reset")
 
     def __init__(self, executable: Executable, moves: Sequence[Move]):
         self._executable = executable
         self.used = [False] * len(moves)
         rebind = _Rebinder(moves, self.used)
         self._nodes = tuple(rebind(node) for node in executable._nodes)
+        self._reset = rebind.reset
 
     def apply(self) -> None:
         self._executable._nodes = self._nodes
+        for node in self._reset:
+            node.reset()
 
 
 class _At:
@@ -288,6 +291,9 @@ class _Rebinder:
 
     def __init__(self, moves: Sequence[Move], used: list[bool]):
         self._moves, self._used = moves, used
+        # Calls rebuilt that the host sets again whole once the rebinding is
+        # applied (a device node's, whose grid goes back to the captured one).
+        self.reset: list[Any] = []
 
     def _array(self, ary: np.ndarray) -> np.ndarray | None:
         ptr = ary.__array_interface__["data"][0]

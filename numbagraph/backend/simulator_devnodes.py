@@ -96,23 +96,26 @@ class Updatable:
     """A recorded kernel launch that is a device node: it launches with its
     cell's grid, and not at all while the cell is disabled."""
 
-    __slots__ = ("cell", "call", "_captured")
+    __slots__ = ("cell", "call")
 
-    def __init__(self, cell: DeviceNodeCell, call: functools.partial, captured: bool = False):
+    def __init__(self, cell: DeviceNodeCell, call: functools.partial):
         self.cell, self.call = cell, call
-        # A rebinding moved its arrays: the host set the whole launch again,
-        # the grid captured included, before the next launch runs it.
-        self._captured = captured
 
-    def rebound(self, rebind: Callable[[Any], Any]) -> "Updatable":
+    def rebound(self, rebind: Any) -> "Updatable":
         call = rebind(self.call)
-        return self if call is self.call else Updatable(self.cell, call, captured=True)
+        if call is self.call:
+            return self
+        moved = Updatable(self.cell, call)
+        # A rebinding sets the whole launch from the host, the captured grid
+        # included, before any kernel of the next launch runs.
+        rebind.reset.append(moved)
+        return moved
+
+    def reset(self) -> None:
+        self.cell.grid = self.cell.captured
 
     def __call__(self) -> None:
         cell = self.cell
-        if self._captured:
-            self._captured = False
-            cell.grid = cell.captured
         if cell.enabled:
             kernel, _grid, block, shared, args = self.call.args
             _run(kernel, cell.grid, block, shared, args)
