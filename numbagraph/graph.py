@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from . import _graphmem, _hostcalls, _rebind, _registry
 from ._registry import release_when_idle
@@ -170,12 +170,18 @@ def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[
             # current, even where destroying the executable failed.
             _backend.release_graph_memory(owned, last, device)
     if keepalive and launched and not _backend.frees_wait_for_device():
-        for handle in launched:
-            try:
-                _backend.synchronize(handle)
-            except Exception:  # noqa: BLE001  a destroyed stream has no work left
-                pass
+        _wait_for(launched)
     keepalive.clear()
+
+
+def _wait_for(launched: Iterable[int]) -> None:
+    """Wait for the work of the streams a graph was launched on (their
+    handles); a stream destroyed since has none left."""
+    for handle in launched:
+        try:
+            _backend.synchronize(handle)
+        except Exception:  # noqa: BLE001  a destroyed stream has no work left
+            pass
 
 
 def _counting(launch: Any, memory: Any, handle: int, stream: Any) -> Any:
@@ -767,8 +773,7 @@ class CapturedGraph:
         if res.launched and _backend.device_node_count(res.executable):
             # CUDA leaves a node's host update undefined while a kernel may be
             # updating it from the device: the graph's launches end first.
-            for handle in tuple(res.launched):
-                _backend.synchronize(handle)
+            _wait_for(tuple(res.launched))
         try:
             plan.apply()
         except Exception as exc:
