@@ -787,6 +787,35 @@ class CapturedGraph:
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
 
+    def _reparameterise(self, launches: list, keepalive: list) -> str | None:
+        """Give the graph's kernel nodes ``launches`` (taken by the
+        backend's ``divert_launches`` from a run of the work that recorded
+        nothing else), keeping ``keepalive``, what that run's capture kept,
+        instead of what it keeps now; or, changing nothing, say why the
+        graph cannot take them."""
+        with _Held(self._res):
+            self._executable()
+            res = self._res
+            if res.fixed is None:
+                res.fixed = _rebind.fixed_of(res.keepalive)
+            if res.fixed:
+                return ("the graph holds work of a library (cuBLAS, NCCL) whose nodes keep "
+                        "their sizes and addresses")
+            if _backend.device_node_count(res.executable):
+                return "the graph holds a device-updatable kernel node (ng.device_updatable)"
+            if res.memory is not None:
+                return "the graph owns memory (ng.empty inside the function)"
+            reason = self._instantiated().reparameterise(launches)
+            if reason is not None:
+                return reason
+            old = res.arrays()
+            res.keepalive, res.spans = keepalive, None
+            res.launches = res.operands = None
+            self._nodes = None
+            # The old arrays go once no capture runs, as a rebinding's do.
+            res.drop(old)
+            return None
+
     def _refuse_other_device_arrays(self, pairs: list[tuple[Any, Any]],
                                     moves: list[Any]) -> None:
         """Refuse a rebinding to an array or DeviceScalar of another device

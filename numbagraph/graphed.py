@@ -5,7 +5,9 @@ array or DeviceScalar (not its address), and the value of anything else. The
 first calls of a signature run the function as written (compiling its
 kernels); the next one captures it. After that, a call of that signature
 rebinds the graph to the arrays it is given, if they are not the ones the
-graph holds, and replays it.
+graph holds, and replays it. With ``sizes="update"``, a call whose arrays
+differ from a kept graph's only in shape gives that graph the call's sizes
+by node updates (``_resize``) instead of capturing another.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _graphmem, _registry
+from . import _graphmem, _registry, _resize
 from ._rebind import FixedNodesError, OperandsError, device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
@@ -49,6 +51,8 @@ class GraphedCacheInfo(NamedTuple):
     """Graphs held now."""
     max_graphs: int
     """Graphs held at most, per stream."""
+    resizes: int = 0
+    """Calls that gave a kept graph new sizes by node updates (``sizes="update"``)."""
 
 
 # What a call's result is made of: None, the position of an argument, or a
@@ -60,11 +64,13 @@ class _Entry:
     """One captured signature: its graph, the values it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "launch", "bound", "spans", "result", "before")
+    __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
-                 result: _Result, before: int = 0):
+                 result: _Result, before: int = 0, sig: tuple = ()):
         self.graph, self.launch, self.result = graph, graph.launch, result
+        # The signature it is kept under now.
+        self.sig = sig
         # Calls of the signature before the graph's first launch.
         self.before = before
         self.bound = values
@@ -106,8 +112,9 @@ class _Cache:
     """The graphs of one stream, least recently used first, and the calls
     made on it; one call at a time."""
 
-    __slots__ = ("lock", "entries", "warm", "seen", "last_values", "last_keys", "last_entry",
-                 "last_sig", "hits", "captures", "rebinds", "evictions", "eager")
+    __slots__ = ("lock", "entries", "families", "warm", "seen", "last_values", "last_keys",
+                 "last_entry", "last_sig", "hits", "captures", "rebinds", "evictions", "eager",
+                 "resizes")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -116,6 +123,9 @@ class _Cache:
     def reset(self) -> None:
         """Forget every graph, signature and count (the lock stays)."""
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        # With sizes="update": each family's (``_resize.family_of``) graph
+        # taken last.
+        self.families: dict[tuple, _Entry] = {}
         self.warm: dict[tuple, int] = {}
         # The latest calls whose signatures were worked out, latest first.
         self.seen: list[_Seen] = []
@@ -124,6 +134,12 @@ class _Cache:
         self.last_entry: _Entry | None = None
         self.last_sig: tuple | None = None
         self.hits = self.captures = self.rebinds = self.evictions = self.eager = 0
+        self.resizes = 0
+
+    def forget(self, entry: _Entry) -> None:
+        """Drop ``entry``, closed or about to be, from the families."""
+        for family in [f for f, e in self.families.items() if e is entry]:
+            del self.families[family]
 
 
 _VALUE = "value"
@@ -276,18 +292,25 @@ class GraphedFunction:
     what happened, ``clear()`` closes every graph.
     """
 
-    def __init__(self, fn: Callable[..., Any], stream: Any, warmup: int, max_graphs: int):
+    def __init__(self, fn: Callable[..., Any], stream: Any, warmup: int, max_graphs: int,
+                 sizes: str = "capture"):
         if not callable(fn):
             raise TypeError(f"ng.graphed takes a function, not {type(fn).__name__}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, not {warmup!r}")
         if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
             raise ValueError(f"max_graphs must be an int >= 1, not {max_graphs!r}")
+        if sizes not in _resize.MODES:
+            raise ValueError(
+                f"sizes must be 'capture' (a graph per shape) or 'update' (one graph "
+                f"given each call's shapes by node updates), not {sizes!r}")
+        self._sizes = sizes == "update"
         self._fn, self._stream, self._warmup, self._max = fn, stream, warmup, max_graphs
         self._handle = None if stream is None else _backend.stream_handle(stream)
         self._caches: dict[Any, _Cache] = {}
         self._lock = threading.Lock()
-        self._warned: set[int] = set()
+        # The warnings given: an argument's position, or a reason in words.
+        self._warned: set[int | str] = set()
         self._name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn)
 
@@ -295,6 +318,11 @@ class GraphedFunction:
     def stream(self) -> Any:
         """The stream the function launches on (None: each call passes one)."""
         return self._stream
+
+    @property
+    def sizes(self) -> str:
+        """``"update"`` when a new shape updates a kept graph, else ``"capture"``."""
+        return "update" if self._sizes else "capture"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         handle = self._handle
@@ -359,6 +387,13 @@ class GraphedFunction:
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
+        if entry is None and self._sizes:
+            entry = self._resize(cache, sig, stream, args, kwargs, values, spans)
+            if entry is not None:
+                entry.graph.launch()
+                cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
+                cache.last_keys = keys
+                return _result_of(entry.result, values)
         if entry is None:
             names = [_name_of(i, len(args), keys) for i in range(len(values))]
             self._warn_if_values_change(cache.last_sig, sig, names)
@@ -468,12 +503,15 @@ class GraphedFunction:
         except GraphedError:
             graph.close()
             raise
-        entry = _Entry(graph, values, spans, plan, before)
+        entry = _Entry(graph, values, spans, plan, before, sig)
         cache.entries[sig] = entry
+        if self._sizes:
+            cache.families[_resize.family_of(sig)] = entry
         cache.warm.pop(sig, None)
         cache.captures += 1
         if len(cache.entries) > self._max:
             old_sig, old = cache.entries.popitem(last=False)
+            cache.forget(old)
             _close(old, f"the graph of {self._name}() for a signature its cache evicted "
                         f"(max_graphs={self._max})")
             cache.evictions += 1
@@ -486,6 +524,40 @@ class GraphedFunction:
                 GraphedWarning, stacklevel=4)
         return entry
 
+    def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
+                values: tuple, spans: dict[int, tuple]) -> _Entry | None:
+        """The graph of the call's family given the call's sizes and arrays
+        by node updates, now kept under ``sig``; None, after a GraphedWarning
+        naming why, where it cannot take them (the call is captured), or
+        where the family has no graph yet."""
+        family = _resize.family_of(sig)
+        entry = cache.families.get(family)
+        if entry is None or cache.entries.get(entry.sig) is not entry:
+            return None
+        handle = self._handle if self._handle is not None else _backend.stream_handle(stream)
+        plans: list = []
+
+        def accept(result: Any) -> None:
+            plans.append(_result_plan(result, values, None, self._name, entry.before))
+
+        reason = _resize.rerun(entry.graph, self._fn, args, kwargs, stream, handle, accept)
+        if reason is None:
+            plan = plans[0]
+            del cache.entries[entry.sig]
+            entry.sig, entry.bound, entry.spans, entry.result = sig, values, spans, plan
+            cache.entries[sig] = entry
+            cache.resizes += 1
+            return entry
+        if reason not in self._warned:
+            self._warned.add(reason)
+            warnings.warn(
+                f"{self._name}() could not give its graph this call's sizes by node "
+                f"updates, and captures it instead: {reason}. sizes='update' re-sizes "
+                "work whose kernel launches stay the same, in number and kernel, from "
+                "size to size",
+                GraphedWarning, stacklevel=5)
+        return None
+
     def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,
                        args: tuple, kwargs: dict, keys: tuple, values: tuple,
                        spans: dict[int, tuple], cublas: bool = True) -> _Entry:
@@ -494,6 +566,7 @@ class GraphedFunction:
         of the arrays they were given (numbagraph.ops._blas), or, without
         ``cublas``, an op refuses them."""
         del cache.entries[sig]
+        cache.forget(entry)
         memory = entry.graph._res.memory
         before = entry.before + (memory.launches if memory is not None else 0)
         _close(entry, f"the graph of {self._name}() captured again for other arrays")
@@ -558,7 +631,8 @@ class GraphedFunction:
         return GraphedCacheInfo(
             sum(c.hits for c in caches), sum(c.captures for c in caches),
             sum(c.rebinds for c in caches), sum(c.evictions for c in caches),
-            sum(c.eager for c in caches), sum(len(c.entries) for c in caches), self._max)
+            sum(c.eager for c in caches), sum(len(c.entries) for c in caches), self._max,
+            sum(c.resizes for c in caches))
 
     def clear(self) -> None:
         """Close every graph and forget every signature and count."""
@@ -586,7 +660,7 @@ class GraphedFunction:
 
 
 def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup: int = 1,
-            max_graphs: int = 16) -> Any:
+            max_graphs: int = 16, sizes: str = "capture") -> Any:
     """Make ``fn``, a function of kernel launches and ops on one stream, replay
     as a CUDA graph.
 
@@ -603,6 +677,18 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     at each call, valid until the next call of that signature.
     Values that change per call belong in DeviceScalars: a changed plain
     value is a new signature, captured anew.
+
+    With ``sizes="update"``, one graph serves every shape of the same work:
+    a call whose arrays differ from a kept graph's only in shape and
+    strides (the same kinds, dtypes, ranks and layouts) runs ``fn``'s Python
+    again without launching anything, takes its kernel launches (grids,
+    blocks, shared memory, arguments) and sets them on that graph's kernel
+    nodes, one for one, before launching it; ``cache_info().resizes``
+    counts such calls. Where the launches differ in number or kernel, or
+    the work holds anything but kernel launches (a copy, a fill, graph
+    memory, a host call, a device loop, cuBLAS), the call is captured as
+    with ``sizes="capture"``, after a GraphedWarning naming the first
+    difference.
 
     Each stream has its own cache of at most ``max_graphs`` graphs, least
     recently used first out, and its own lock: threads calling on their own
@@ -621,6 +707,9 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
         Calls of a new signature run as written before it is captured.
     max_graphs
         Graphs kept per stream.
+    sizes
+        ``"capture"``: a graph per signature, shapes included. ``"update"``:
+        a new shape of known work updates the graph kept for it.
 
     Returns
     -------
@@ -645,8 +734,9 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     Warns
     -----
     GraphedWarning
-        A plain argument changed between calls, or a capture closed the
-        least recently used graph.
+        A plain argument changed between calls, a capture closed the
+        least recently used graph, or (``sizes="update"``) a call's work
+        could not be given to a kept graph by node updates.
 
     Examples
     --------
@@ -662,5 +752,6 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     ```
     """
     if fn is None:
-        return functools.partial(graphed, stream=stream, warmup=warmup, max_graphs=max_graphs)
-    return GraphedFunction(fn, stream, warmup, max_graphs)
+        return functools.partial(graphed, stream=stream, warmup=warmup, max_graphs=max_graphs,
+                                 sizes=sizes)
+    return GraphedFunction(fn, stream, warmup, max_graphs, sizes)

@@ -17,7 +17,7 @@ LAYERS = [
     ("safety",),
     ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),
-    ("scalar", "conditional", "_unroll", "alloc", "host", "fork", "devnodes"),
+    ("scalar", "conditional", "_unroll", "alloc", "host", "fork", "devnodes", "_resize"),
     ("ops", "precompile", "graphed", "loops", "launch", "dist"),
     ("bench", "soak", "__init__"),
 ]

@@ -318,6 +318,20 @@ class Executable:
     def plan_rebind(self, moves: Sequence[Move]) -> Any:
         if self.device_nodes is not None:
             self.device_nodes.due = True  # an update from the host: upload again
+        return self._node_index().plan(moves)
+
+    def reparameterise(self, launches: Sequence[Any]) -> str | None:
+        """Give each kernel node the launch at its place among ``launches``
+        (``driver_launch.Diverted``, in the order the capture made the
+        nodes); or, changing nothing, say why that cannot be done."""
+        if self._conditionals or self._bodies:
+            return "the graph holds a conditional node (a device loop or branch)"
+        return in_context(self._ctx, self._reparameterise, launches)
+
+    def _reparameterise(self, launches: Sequence[Any]) -> str | None:
+        return self._node_index().reparameterise(launches, self.num_nodes)
+
+    def _node_index(self) -> NodeIndex:
         if self._index is None:
             source = self._applied or self
             if source._definition is None:
@@ -328,7 +342,7 @@ class Executable:
             nodes = self._nodes()
             self._index = NodeIndex(self.instantiate(), self._ctx, nodes,
                                     nodes if source is self else source._nodes())
-        return self._index.plan(moves)
+        return self._index
 
     def close(self) -> None:
         """Destroy the instantiation and the graph; once is enough."""

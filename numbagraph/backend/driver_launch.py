@@ -44,7 +44,7 @@ from numba import cuda
 from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _driver
 
-from ._streams import stream_handle
+from ._streams import capture_key, stream_handle
 from .driver import _context_key
 from .driver import argument_types
 from ._arguments import untyped_launch
@@ -170,6 +170,18 @@ class Plan:
                 into = local.entry = self.buffer()
         self._struct.pack_into(into[0], 0, *values)
         return into
+
+    def packed(self, args: tuple) -> bytes:
+        """``args`` packed as a launch packs them, as bytes."""
+        values: list = []
+        for pack, value in zip(self.packers, args):
+            pack(value, values)
+        return self._struct.pack(*values)
+
+    @property
+    def offsets(self) -> list[int]:
+        """Each parameter's offset in the packed bytes."""
+        return self._offsets
 
 
 # ---------------------------------------------------------------- keys
@@ -327,6 +339,48 @@ def launch_packed(plan: Plan, args: tuple, handle: int, dims: tuple) -> None:
 _launch_kernel = cu.cuLaunchKernel
 
 
+# ---------------------------------------------------------------- diverted launches
+
+class Diverted:
+    """A kernel launch taken from a stream instead of made: its plan, its
+    ``dims_for`` and its arguments packed."""
+
+    __slots__ = ("plan", "dims", "params")
+
+    def __init__(self, plan: Plan, dims: tuple, params: bytes):
+        self.plan, self.dims, self.params = plan, dims, params
+
+
+# capture key -> the launches taken from that stream (empty: none is)
+_diverted: dict[Any, list[Diverted]] = {}
+
+
+def divert_launches(handle: int) -> list[Diverted]:
+    """From now on, the kernel launches on stream ``handle`` (this thread's,
+    for the per-thread default stream) that numbagraph packs are not made
+    but listed, in order, in the list returned; one numbagraph cannot pack
+    goes on as it would."""
+    taken: list[Diverted] = []
+    _diverted[capture_key(handle)] = taken
+    return taken
+
+
+def stop_diverting(handle: int) -> None:
+    _diverted.pop(capture_key(handle), None)
+
+
+def _divert(handle: int, dispatcher: Any, args: tuple, dims: tuple,
+            trusted: bool = False) -> bool:
+    taken = _diverted.get(capture_key(handle))
+    if taken is None:
+        return False
+    plan = plan_for(dispatcher, args, _context_key(), trusted)
+    if plan is None:
+        return False
+    taken.append(Diverted(plan, dims, plan.packed(args)))
+    return True
+
+
 # ---------------------------------------------------------------- kernel[...]
 
 class FastConfiguration:
@@ -380,6 +434,8 @@ class FastConfiguration:
         args = _on_launch[0](self.handle, dispatcher, args)
         if self.numba.pre_launch_callbacks:
             return _numba_call[0](dispatcher, args, self.numba)
+        if _diverted and _divert(self.handle, dispatcher, args, self.dims):
+            return None
         ctx = _context_key()
         packed = self._packed
         last = packed.last
@@ -497,7 +553,12 @@ def _hooked_call(original: Callable, on_launch: LaunchHook) -> Callable:
         if _guard[0] is not None and _launch_guarded(
                 handle, self, args, c.griddim, c.blockdim, c.stream, c.sharedmem):
             return None
-        return original(self, on_launch(handle, self, args), launch_config)
+        args = on_launch(handle, self, args)
+        if _diverted and not c.pre_launch_callbacks and _divert(
+                handle, self, args, dims_for(tuple(c.griddim), tuple(c.blockdim),
+                                             int(c.sharedmem))):
+            return None
+        return original(self, args, launch_config)
 
     return call
 
@@ -606,6 +667,8 @@ def launch(dispatcher: Any, grid: Any, block: Any, handle: int, args: tuple,
             handle, dispatcher, args, grid, block, _numba_stream(handle), 0):
         return
     args = on_launch(handle, dispatcher, args)
+    if _diverted and _divert(handle, dispatcher, args, dims_for(grid, block, 0), trusted=True):
+        return
     plan = plan_for(dispatcher, args, _context_key(), trusted=True) if FAST else None
     if plan is not None:
         launch_packed(plan, args, handle, dims_for(grid, block, 0))

@@ -107,7 +107,8 @@ class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "_words", "_pointers")
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "_words",
+                 "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
         self.node, self.layout = node, layout
@@ -120,6 +121,22 @@ class _Kernel:
         self.params.kernelParams = ctypes.addressof(self._pointers)
         self.params.extra = 0
         self.slots = [offset // 8 for offset, size in layout if size == 8 and offset % 8 == 0]
+        self.offsets: list[int] | None = None
+
+    def dims(self) -> tuple:
+        """(grid x, y, z, block x, y, z, shared bytes), as ``dims_for``."""
+        p = self.params
+        return (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+                p.sharedMemBytes)
+
+    def assign(self, dims: tuple, raw: bytes) -> None:
+        """Hold ``dims`` and the parameters packed in ``raw`` (laid out as
+        this node's), to be set on the executable."""
+        p = self.params
+        if dims != self.dims():
+            (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+             p.sharedMemBytes) = dims
+        ctypes.memmove(self.buffer, raw, len(raw))
 
     @classmethod
     def of(cls, node: Any, source: Any) -> "_Kernel":
@@ -295,10 +312,75 @@ class NodeIndex:
                 _check_pair(node, kind, entry)
             self.entries.append(entry)
             self.positions.append(position)
-        self.holders = _holders(self.entries)
+        self._holders: dict[int, list[tuple[Any, Any]]] | None = None
+
+    @property
+    def holders(self) -> dict[int, list[tuple[Any, Any]]]:
+        """Each pointer value the nodes hold, and the ``(entry, slot)``
+        pairs holding it; worked out when first asked after the nodes'
+        parameters were set whole."""
+        if self._holders is None:
+            self._holders = _holders(self.entries)
+        return self._holders
 
     def plan(self, moves: Sequence[Move]) -> _Plan:
         return _Plan(self, moves)
+
+    def reparameterise(self, launches: Sequence[Any], num_nodes: int) -> str | None:
+        """Set each kernel node, in the order the capture made them, to the
+        function, dimensions and packed parameters of the launch at its
+        place (``driver_launch.Diverted``), where they differ; or, before
+        anything is set, the first reason that cannot be done. A node the
+        driver refuses sets every node back and raises RebindError."""
+        entries = self.entries
+        if len(entries) != num_nodes or any(type(e) is not _Kernel for e in entries):
+            kinds = [_KIND_NAMES.get(type(e), "library") for e in entries]
+            other = next((k for k in kinds if k != "kernel"), "library")
+            return (f"the graph holds a {other} node, and only kernel nodes take new "
+                    "sizes here")
+        if len(launches) != len(entries):
+            return (f"the call launched {len(launches)} kernels where the graph holds "
+                    f"{len(entries)} kernel nodes")
+        changes = []
+        for i, (entry, launch) in enumerate(zip(entries, launches)):
+            plan = launch.plan
+            params = entry.params
+            if int(params.func) != int(plan.function) or int(params.kern):
+                return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
+                        "another kernel or overload of it (other argument types)")
+            if entry.offsets is None:
+                entry.offsets = [offset for offset, _ in entry.layout]
+            if entry.offsets != plan.offsets:
+                return f"launch {i} packs its parameters unlike the graph's node {i}"
+            raw = launch.params
+            if launch.dims != entry.dims() or raw != entry.buffer.raw[:len(raw)]:
+                changes.append((entry, launch.dims, raw))
+        if changes:
+            self._set_whole(changes)
+        return None
+
+    def _set_whole(self, changes: list[tuple["_Kernel", tuple, bytes]]) -> None:
+        before = [(entry, entry.dims(), entry.buffer.raw) for entry, _, _ in changes]
+        graph_exec, ctx = self.graph_exec, self.ctx
+        done = 0
+        try:
+            for entry, dims, raw in changes:
+                entry.assign(dims, raw)
+                entry.set_on(graph_exec, ctx)
+                done += 1
+        except DriverError as exc:
+            for i, (entry, dims, raw) in enumerate(before):
+                entry.assign(dims, raw)
+                if i < done:
+                    try:
+                        entry.set_on(graph_exec, ctx)
+                    except DriverError:  # noqa: PERF203  restore what can be restored
+                        pass
+            raise RebindError(
+                f"the driver refused new parameters for a kernel node ({exc}); the "
+                "graph is unchanged") from exc
+        finally:
+            self._holders = None
 
     def copy_onto(self, graph_exec: Any, ctx: Any, nodes: list[Any]) -> "NodeIndex":
         """This index's parameters, set on ``graph_exec`` (whose definition's
@@ -309,7 +391,7 @@ class NodeIndex:
                         for entry, position in zip(self.entries, self.positions)]
         for entry in copy.entries:
             _check_pair(entry.node, _KIND_OF[type(entry)], entry)
-        copy.holders = _holders(copy.entries)
+        copy._holders = None
         for entry in copy.entries:
             entry.set_on(graph_exec, ctx)
         return copy
@@ -326,6 +408,12 @@ def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
 
 
 _KIND_OF: dict[type, Any] = {_Kernel: _KERNEL, _Memcpy: _MEMCPY, _Memset: _MEMSET}
+_KIND_NAMES: dict[type, str] = {_Kernel: "kernel", _Memcpy: "copy", _Memset: "fill"}
+
+
+def _name_of(plan: Any) -> str:
+    function = getattr(plan.kernel, "entry_name", None) or "a kernel"
+    return f"`{getattr(getattr(plan.kernel, 'py_func', None), '__name__', function)}`"
 
 
 def _check_pair(node: Any, kind: Any, entry: Any) -> None:

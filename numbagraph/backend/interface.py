@@ -141,6 +141,17 @@ class Executable(Protocol):
         arguments, copies, fills and conditional bodies alike), changing
         nothing until the plan is applied. The graph is instantiated first."""
 
+    def reparameterise(self, launches: Sequence[Any]) -> str | None:
+        """Give each of the graph's nodes, all kernel nodes in the order
+        the capture made them, the kernel launch at its place among
+        ``launches`` (taken by ``divert_launches``): its grid, block, shared
+        memory and arguments. Where a launch is of another kernel or
+        overload than its node, or the counts differ, or the graph holds a
+        node of another kind, nothing changes and the first such
+        difference is returned, in words; None once done. The graph is
+        instantiated first; RebindError, the graph unchanged, where the
+        driver refuses a node."""
+
     def close(self) -> None:
         """Free the graph."""
 
@@ -504,6 +515,17 @@ class Backend(Protocol):
         """Install ``hook(handle, kernel, args)`` (or None) in front of every
         kernel launch: where it returns ``(kernel2, args2)``, the launch is
         ``kernel2`` with ``args2``, in the same configuration, instead."""
+
+    def divert_launches(self, handle: int) -> list:
+        """From now on, kernel launches on the stream ``handle`` (this
+        thread's, for the per-thread default stream), once ``on_launch``
+        has passed them, are listed in order in the list returned instead
+        of made, as ``Executable.reparameterise`` takes them; a launch the
+        backend cannot list so (on the driver, one its fast path cannot
+        pack) is made as before."""
+
+    def stop_diverting(self, handle: int) -> None:
+        """Launches on the stream are made again."""
 
     # ------------------------------------------------------------ device-updatable nodes
 

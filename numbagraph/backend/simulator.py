@@ -243,6 +243,27 @@ class Executable:
     def plan_rebind(self, moves: Sequence[Move]) -> "_Plan":
         return _Plan(self, moves)
 
+    def reparameterise(self, launches: Sequence[Any]) -> str | None:
+        self.instantiated = True
+        nodes = self._nodes
+        for node in nodes:
+            if not (isinstance(node, functools.partial) and node.func is _run):
+                return f"the graph holds a {_kind_of(node)} node, and only kernel nodes take new sizes here"
+        if self._prologue:
+            return "the graph holds a conditional node (a device loop or branch)"
+        if len(launches) != len(nodes):
+            return (f"the call launched {len(launches)} kernels where the graph holds "
+                    f"{len(nodes)} kernel nodes")
+        for i, (node, launch) in enumerate(zip(nodes, launches)):
+            kernel = node.args[0]
+            if launch.args[0] is not kernel or _launch_types(launch.args[4]) != _launch_types(
+                    node.args[4]):
+                name = getattr(getattr(launch.args[0], "py_func", None), "__name__", "a kernel")
+                return (f"launch {i} runs `{name}`, and the graph's node {i} another "
+                        "kernel or overload of it (other argument types)")
+        self._nodes = tuple(launches)
+        return None
+
     def close(self) -> None:
         self._nodes, self._links = (), ()
 
@@ -546,9 +567,46 @@ class _ConfiguredLaunch:
                 swapped[0][self.grid, self.block, stream, self.shared](*swapped[1])
                 return
         args = self.on_launch(handle, self.kernel, args)
-        _record_or_run(handle, functools.partial(
-            _run, self.kernel, self.grid, self.block, self.shared, args
-        ))
+        call = functools.partial(_run, self.kernel, self.grid, self.block, self.shared, args)
+        if _diverted:
+            taken = _diverted.get(capture_key(handle))
+            if taken is not None:
+                taken.append(call)
+                return
+        _record_or_run(handle, call)
+
+
+def _kind_of(node: Any) -> str:
+    """A recorded call's node kind, in words, for a refusal to name."""
+    func = getattr(node, "func", None)
+    if func in (_device_to_device, _device_to_host):
+        return "copy"
+    if getattr(func, "__name__", None) == "fill":
+        return "fill"
+    return "host, child graph or other"
+
+
+# capture key -> the launches taken from that stream, as the recorded calls
+# they would be (empty: none is)
+_diverted: dict[Any, list] = {}
+
+
+def divert_launches(handle: int) -> list:
+    taken: list = []
+    _diverted[capture_key(handle)] = taken
+    return taken
+
+
+def stop_diverting(handle: int) -> None:
+    _diverted.pop(capture_key(handle), None)
+
+
+def _launch_types(args: tuple) -> tuple:
+    """What decides the overload a launch with ``args`` runs, as the
+    driver's fast path keys it: an array's dtype, rank and layout, any
+    other argument's type."""
+    return tuple((a.dtype, a.ndim, a.flags["C_CONTIGUOUS"], a.flags["F_CONTIGUOUS"])
+                 if isinstance(a, (_FakeArray, np.ndarray)) else type(a) for a in args)
 
 
 def _configuring(on_launch: LaunchHook) -> Callable[[FakeCUDAKernel, tuple], _ConfiguredLaunch]:

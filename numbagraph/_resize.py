@@ -1,0 +1,117 @@
+"""New sizes for a graph by node updates: the work run again, its kernel
+launches taken instead of made, and given to the graph's nodes.
+
+A graphed function with ``sizes="update"`` keeps one graph per *family* of
+signatures: signatures whose arrays differ only in shape and strides (the
+same kinds, dtypes, ranks and layouts, so the same compiled overloads). A
+call of a new signature of a known family runs the function again inside a
+capture of its stream, with the stream's kernel launches diverted
+(``divert_launches``): each launch passes every check a captured launch
+passes, then is listed instead of recorded. The capture must record nothing
+else: anything it records (a copy, a fill, memory, a host call, a loop, a
+launch numbagraph does not pack) is work node updates cannot re-size, and
+the call is captured instead. The launches then go to the graph's kernel
+nodes one for one (``CapturedGraph._reparameterise``), which refuses, in
+words, another count, another kernel or overload, or a node of another kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .backend import active as _backend
+from .capture import capture
+from .errors import DeviceNodeError
+from .graph import CapturedGraph
+
+__all__ = ["family_of", "rerun", "MODES"]
+
+# What ``ng.graphed(sizes=...)`` takes: a graph per signature, or one per
+# family updated to each signature's sizes.
+MODES = ("capture", "update")
+
+
+def _layout(shape: tuple, strides: tuple, itemsize: int) -> str:
+    """numba's layout of an array: "C", "F", "CF" (both, as a 1-d or
+    one-element array is) or "A"."""
+    if not strides:
+        return "C"  # an interface without strides describes a C-contiguous array
+
+    def contiguous(dims: Any) -> bool:
+        expected = itemsize
+        for n, stride in dims:
+            if n != 1 and stride != expected:
+                return False
+            expected *= n
+        return True
+
+    dims = list(zip(shape, strides))
+    found = ("C" if contiguous(reversed(dims)) else "") + ("F" if contiguous(dims) else "")
+    return found or "A"
+
+
+_itemsizes: dict[str, int] = {}
+
+
+def family_of(sig: tuple) -> tuple:
+    """A graphed call's signature with each array's shape and strides
+    replaced by its rank and layout."""
+    family = []
+    for item in sig[:-2]:
+        if item[0] == "array":
+            _, kind, shape, typestr, strides = item
+            itemsize = _itemsizes.get(typestr)
+            if itemsize is None:
+                itemsize = _itemsizes[typestr] = np.dtype(typestr).itemsize
+            item = ("array", kind, len(shape), typestr, _layout(shape, strides, itemsize))
+        family.append(item)
+    return (*family, *sig[-2:])
+
+
+def _recorded(graph: CapturedGraph) -> str:
+    """Why a run whose capture recorded ``graph``'s nodes cannot re-size."""
+    try:
+        kind = graph.nodes[0].kind
+    except Exception:  # noqa: BLE001  the reason given is only less precise
+        kind = "other"
+    if kind == "kernel":
+        return ("the call made a kernel launch that numbagraph does not pack itself "
+                "(through numba's own launch: NUMBAGRAPH_FAST_LAUNCH=0, a kernel with "
+                "extensions, or an argument of a kind the fast path does not take), "
+                "or one on another stream")
+    what = {"memset": "a fill", "memcpy": "a copy", "memory": "graph memory (ng.empty)",
+            "host": "a host call (ng.on_host)", "conditional": "a device loop or branch",
+            "child": "a child graph"}.get(kind, f"a {kind} node")
+    return f"the call recorded {what}, which takes no new sizes by node updates"
+
+
+def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dict,
+          stream: Any, handle: int, accept: Callable[[Any], None]) -> str | None:
+    """Run ``fn(*args, **kwargs)`` with its kernel launches on ``stream``
+    given to ``graph``'s nodes instead of made, once ``accept`` took the
+    function's result: None once the graph holds them, or why it cannot
+    take them, the graph unchanged. An error the function or ``accept``
+    raises propagates, the graph unchanged."""
+    try:
+        with capture(stream) as cap:
+            taken = _backend.divert_launches(handle)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                _backend.stop_diverting(handle)
+    except DeviceNodeError as exc:
+        # A device node attaches to the node its launch records, which a
+        # diverted launch does not.
+        return f"the call makes a device-updatable node ({exc})"
+    dry = cap.graph
+    try:
+        if dry.num_nodes:
+            return _recorded(dry)
+        accept(result)
+        res = dry._res
+        keepalive, res.keepalive = res.keepalive, []
+        return graph._reparameterise(taken, keepalive)
+    finally:
+        dry.close()
