@@ -455,15 +455,18 @@ def _kernel_name(dispatcher: Any) -> str:
 
 def frees_wait_for_device() -> bool:
     """numba's own memory manager frees with cuMemFree, which waits for the
-    device; a plugged-in one may free in stream order. numba picks the
-    manager once per process, so the answer is worked out once."""
-    if not _frees_wait:
-        _frees_wait.append(
+    device; a plugged-in one may free in stream order. numba gives a context
+    its manager as it makes it, so the answer is worked out once a context."""
+    key = _context_key()
+    known = _frees_wait.get(key)
+    if known is None:
+        known = _frees_wait[key] = (
             type(_numba_context().memory_manager) is _numba_driver.NumbaCUDAMemoryManager)
-    return _frees_wait[0]
+    return known
 
 
-_frees_wait: list[bool] = []
+# context handle -> whether frees through its memory manager wait for the device
+_frees_wait: dict[int, bool] = {}
 
 
 def joins_legacy_stream(handle: int) -> bool:

@@ -130,15 +130,27 @@ class Ready:
     def prepare(self, graph_exec: Any, stream: Any, ctx: Any) -> None:
         """Order the stream after the handles' write, and upload (CUDA asks
         for it after instantiation and after every update from the host)."""
-        check("cuStreamWaitEvent", in_context(ctx, cu.cuStreamWaitEvent, stream, self._event, 0))
+        self.wait(stream, ctx)
         check("cuGraphUpload", in_context(ctx, cu.cuGraphUpload, graph_exec, stream))
         self.due = False
 
+    def wait(self, stream: Any, ctx: Any) -> None:
+        """Order the stream after the handles' write."""
+        check("cuStreamWaitEvent", in_context(ctx, cu.cuStreamWaitEvent, stream, self._event, 0))
+
     def launcher(self, graph_exec: Any, stream: Any, ctx: Any,
                  launch: Callable[[], None]) -> Callable[[], None]:
+        # Each stream's first launch waits for the handles' write, whatever
+        # stream an upload was made on.
+        waited = [False]
+
         def launch_ready() -> None:
             if self.due:
                 self.prepare(graph_exec, stream, ctx)
+                waited[0] = True
+            elif not waited[0]:
+                self.wait(stream, ctx)
+                waited[0] = True
             launch()
 
         return launch_ready

@@ -577,10 +577,9 @@ def type_launch(dispatcher: Any, args: tuple) -> None:
     if (not isinstance(dispatcher, CUDADispatcher) or getattr(dispatcher, "specialized", False)
             or not dispatcher._can_compile):
         return
-    marks = _marks(args)
-    last = _typed.get(dispatcher)
-    if last is not None and _same_marks(marks, last):
-        return  # the arguments it was last typed for
+    marks = _typing_marks(args)
+    if marks is not None and _same_marks(marks, _typed.get(dispatcher)):
+        return  # arguments that type as those it was last typed for
     if not (FAST and plan_for(dispatcher, args, _context_key()) is not None):
         types = argument_types(dispatcher, args)
         if types not in dispatcher.overloads:
@@ -591,29 +590,45 @@ def type_launch(dispatcher: Any, args: tuple) -> None:
                 raise untyped_launch(name, dispatcher.py_func, args, types, str(exc)) from exc
             except Exception:  # noqa: BLE001  numba's launch raises its own error
                 return
-    if len(_typed) > 4096:
-        _typed.clear()
-    _typed[dispatcher] = marks
+    if marks is not None:
+        if len(_typed) > 4096:
+            _typed.clear()
+        _typed[dispatcher] = marks
 
 
-# dispatcher -> the marks (:func:`_marks`) of the arguments it was last
-# typed for by :func:`type_launch`.
+# dispatcher -> the marks (:func:`_typing_marks`) of the arguments it was
+# last typed for by :func:`type_launch`.
 _typed: dict[Any, tuple] = {}
 _NUMBERS = (int, float, bool, complex)
 
 
-def _same_marks(marks: tuple, last: tuple) -> bool:
-    """Whether arguments of ``marks`` type as those of ``last`` did, known
-    without typing them: the same arrays (an array not launched yet has no
-    mark, None, and is typed again), the same other objects, or equal
-    Python numbers of one type."""
-    if len(marks) != len(last):
+def _typing_marks(args: tuple) -> tuple | None:
+    """What shows, without typing them, that arguments type as others did:
+    a numba device array's launch entry (its type never changes, and the
+    entry holds no array), a Python number itself; None where any argument
+    is of another kind, or an array not launched yet."""
+    marks = []
+    for value in args:
+        kind = type(value)
+        if kind in _ARRAY_TYPES:
+            entry = value.__dict__.get(_ENTRY)
+            if entry is None:
+                return None
+            marks.append(entry)
+        elif kind in _NUMBERS:
+            marks.append(value)
+        else:
+            return None
+    return tuple(marks)
+
+
+def _same_marks(marks: tuple, last: tuple | None) -> bool:
+    """Whether arguments of ``marks`` type as those of ``last`` did: the same
+    arrays, and equal Python numbers of one type."""
+    if last is None or len(marks) != len(last):
         return False
     for a, b in zip(marks, last):
-        if a is b:
-            if a is None:
-                return False
-        elif not (type(a) is type(b) and type(a) in _NUMBERS and a == b):
+        if a is not b and not (type(a) is type(b) and type(a) in _NUMBERS and a == b):
             return False
     return True
 
@@ -626,6 +641,7 @@ def _forgetting_plans(original: Callable) -> Callable:
             del _plans[key]
         for configuration in _configurations.pop(self, {}).values():
             configuration.forget()
+        _typed.pop(self, None)
         original(self)
 
     return reset_overloads
