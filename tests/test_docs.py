@@ -292,3 +292,12 @@ def test_example_watch_residual_runs(capsys):
     out = _example_output("watch_residual.py", capsys)
     assert "the callback saw every replay's residual, in order" in out
     assert "match NumPy" in out
+
+
+def test_example_particles_runs(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["particles.py"])  # the example's defaults, not pytest's
+    out = _example_output("particles.py", capsys)
+    modes = re.findall(r"^ +\(([a-d])\) (.*)$", out, re.MULTILINE)
+    assert [mode for mode, _ in modes] == ["a", "b", "c", "d"], out
+    for mode, line in modes:
+        assert "us/step  matches NumPy" in line, f"({mode}) {line}"
