@@ -12,7 +12,8 @@ import pytest
 
 import numbagraph as ng
 from conftest import ON_SIMULATOR
-from numbagraph.bench import SUITES, capture_cost, collectives, graphed, memory, ops, streams
+from numbagraph.bench import (SUITES, capture_cost, collectives, graphed, memory, ops, sizes,
+                              streams)
 from numbagraph.bench.__main__ import main
 from numbagraph.bench.apps import parse_timings
 from numbagraph.bench.core import Config, Context, Row, SuiteResult
@@ -250,6 +251,156 @@ def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeyp
     suite = json.loads((tmp_path / "results.json").read_text())["suites"]["graphed"]
     why = dict(suite["skipped"])[graphed.PEER]
     assert why.startswith("failed") and "other arrays than it was given" in why
+
+
+@pytest.fixture(scope="module")
+def sizes_run(tmp_path_factory):
+    """One quick run of the sizes suite: exit status and JSON."""
+    out = tmp_path_factory.mktemp("bench")
+    status = main(["--quick", "--suites", "sizes", "--out", str(out)])
+    return status, json.loads((out / "results.json").read_text())
+
+
+def _sizes_rows(doc, case):
+    return {r["peer"]: r for r in doc["suites"]["sizes"]["rows"] if r["case"] == case}
+
+
+def test_sizes_run_succeeds(sizes_run):
+    status, doc = sizes_run
+    suite = doc["suites"]["sizes"]
+    assert status == 0
+    assert suite["error"] is None and not suite["failures"]
+    assert not any(str(why).startswith("failed") for _, why in suite["skipped"])
+
+
+@pytest.mark.parametrize("peer", list(sizes.NEW_SIZE_PEERS))
+def test_sizes_new_size_is_measured_by_every_peer(sizes_run, peer):
+    _, doc = sizes_run
+    steps = sizes.SIMULATED_STEPS if doc["config"]["simulated"] else sizes.STEPS
+    for nodes in steps:
+        row = _sizes_rows(doc, sizes.case(nodes))[peer]
+        assert row["value"] > 0 and row["trials"] and row["unit"] == sizes.UNIT
+
+
+def test_sizes_sixteen_sizes_are_one_graph_captured_once(sizes_run):
+    _, doc = sizes_run
+    timed = _sizes_rows(doc, sizes.SIXTEEN)
+    assert set(timed) == {sizes.UPDATE, sizes.PER_SIZE}
+    for case, per_size in ((sizes.GRAPHS, 16), (sizes.CAPTURES, 16)):
+        counts = {peer: r["value"] for peer, r in _sizes_rows(doc, case).items()}
+        assert counts == {sizes.UPDATE: 1, sizes.PER_SIZE: per_size}
+
+
+def test_sizes_particle_modes_and_the_best_of_them_are_measured(sizes_run):
+    _, doc = sizes_run
+    rows = _sizes_rows(doc, sizes.PARTICLES)
+    assert set(rows) == {*sizes.EXAMPLE_MODES.values(), sizes.BEST}
+    assert all(r["unit"] == sizes.STEP_UNIT and r["value"] > 0
+               and len(r["trials"]) == doc["config"]["trials"] for r in rows.values())
+    best = min((r for peer, r in rows.items() if peer not in (sizes.MAX_GRID, sizes.BEST)),
+               key=lambda r: r["value"])
+    assert rows[sizes.BEST]["value"] == best["value"] and best["peer"] in rows[sizes.BEST]["note"]
+
+
+def test_the_particle_example_s_modes_are_read_from_what_it_prints():
+    text = ("numbagraph particles on a GPU\n"
+            "  (a) a graph per count:      120.5 us/step  matches NumPy (calls: 9 captured)\n"
+            "  (b) one graph, max size:     20.0 us/step  matches NumPy (4096 blocks)\n"
+            "  (d) grids set on the GPU, one launch:  8.25 us/step  DIFFERS from NumPy\n")
+    assert sizes.parse_modes(text) == {
+        sizes.PER_COUNT: (120.5, "matches NumPy (calls: 9 captured)"),
+        sizes.MAX_GRID: (20.0, "matches NumPy (4096 blocks)"),
+        sizes.DEVICE_GRIDS: (8.25, "DIFFERS from NumPy"),
+    }
+
+
+def test_sizes_suite_fails_a_particle_mode_that_differs_from_numpy(tmp_path, monkeypatch):
+    real = sizes._run_example
+
+    def differing(main):
+        return real(main).replace("matches NumPy", "DIFFERS from NumPy", 1)
+
+    monkeypatch.setattr(sizes, "_run_example", differing)
+    assert main(["--quick", "--suites", "sizes", "--out", str(tmp_path)]) == 1
+    suite = json.loads((tmp_path / "results.json").read_text())["suites"]["sizes"]
+    why = dict(suite["skipped"])[sizes.EXAMPLE]
+    assert why.startswith("failed") and "DIFFERS from NumPy" in why
+    assert not _sizes_rows({"suites": {"sizes": suite}}, sizes.PARTICLES)
+
+
+def test_sizes_targets_are_judged(sizes_run):
+    _, doc = sizes_run
+    verdicts = {t["target"]: t["verdict"] for t in doc["targets"]}
+    expected = {t.name for t in TARGETS if t.suite == "sizes"}
+    assert set(verdicts) == expected and len(expected) == 4
+    assert set(verdicts.values()) <= {"PASS", "MISS", "n/a"}
+
+
+def test_particle_rows_take_the_fastest_mode_other_than_the_max_grid():
+    rows = sizes.particle_rows({sizes.MAX_GRID: [4.0, 6.0], sizes.UPDATE_MODE: [9.0, 9.0],
+                                sizes.DEVICE_GRIDS: [7.0, 8.0]})
+    found = {r.peer: r for r in rows}
+    assert set(found) == {sizes.MAX_GRID, sizes.UPDATE_MODE, sizes.DEVICE_GRIDS, sizes.BEST}
+    assert found[sizes.BEST].value == 7.5 and found[sizes.BEST].trials == [7.0, 8.0]
+    assert sizes.DEVICE_GRIDS in found[sizes.BEST].note
+    target = next(t for t in TARGETS if t.suite == "sizes" and t.peer == sizes.BEST)
+    suite = SuiteResult("sizes", "t", sizes.UNIT)
+    suite.rows = rows
+    assert target.check({"sizes": suite})["verdict"] == "MISS"   # 7.5 against 5.0
+    assert not any(r.peer == sizes.BEST
+                   for r in sizes.particle_rows({sizes.UPDATE_MODE: [1.0]}))
+
+
+@pytest.mark.parametrize("graphs, verdict", [(1, "PASS"), (2, "MISS")])
+def test_sizes_more_than_one_graph_misses_its_target(graphs, verdict):
+    target = next(t for t in TARGETS if t.suite == "sizes" and t.case == sizes.GRAPHS)
+    suite = SuiteResult("sizes", "t", sizes.UNIT)
+    suite.rows = [Row.of(sizes.GRAPHS, sizes.UPDATE, [graphs], sizes.COUNT_UNIT, "cache_info")]
+    assert target.check({"sizes": suite})["verdict"] == verdict
+
+
+def test_a_target_whose_reference_measured_zero_is_not_judged():
+    suite = SuiteResult("sizes", "t", sizes.UNIT)
+    suite.rows = [Row.of(sizes.GRAPHS, sizes.UPDATE, [0], sizes.COUNT_UNIT, "cache_info")]
+    target = next(t for t in TARGETS if t.suite == "sizes" and t.case == sizes.GRAPHS)
+    got = target.check({"sizes": suite})
+    assert got["verdict"] == "n/a" and "measured 0" in got["why"]
+
+
+def test_sizes_suite_fails_a_call_that_kept_the_old_size(tmp_path, monkeypatch):
+    real = ng.graphed
+
+    def stale(fn, **options):
+        """A graphed function that keeps calling with the first arrays it saw."""
+        f, first = real(fn, **options), []
+
+        def call(*args):
+            first[:] = first or [args]
+            return f(*first[0])
+
+        call.cache_info, call.clear = f.cache_info, f.clear
+        return call
+
+    monkeypatch.setattr(ng, "graphed", stale)
+    assert main(["--quick", "--suites", "sizes", "--out", str(tmp_path)]) == 1
+    suite = json.loads((tmp_path / "results.json").read_text())["suites"]["sizes"]
+    why = dict(suite["skipped"])[sizes.UPDATE]
+    assert why.startswith("failed") and "at another size" in why
+
+
+def test_sizes_suite_fails_a_mode_that_captures_each_size(tmp_path, monkeypatch):
+    real = ng.graphed
+
+    def capturing(fn, **options):
+        options.pop("sizes", None)
+        return real(fn, **options)
+
+    monkeypatch.setattr(ng, "graphed", capturing)
+    assert main(["--quick", "--suites", "sizes", "--out", str(tmp_path)]) == 1
+    doc = json.loads((tmp_path / "results.json").read_text())
+    why = dict(doc["suites"]["sizes"]["skipped"])[sizes.UPDATE]
+    assert why.startswith("failed") and "cache_info()" in why and "resizes" in why
+    assert _sizes_rows(doc, sizes.GRAPHS)[sizes.UPDATE]["value"] == 16
 
 
 @pytest.fixture(scope="module")

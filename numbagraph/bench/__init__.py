@@ -10,6 +10,7 @@ Suites, in the order they run:
 * ``devloop``   loops run by the GPU: while and if nodes, unrolled passes
 * ``capture``   capture + instantiate cost, per launch captured
 * ``graphed``   a call of an ``ng.graphed`` step, arrays the same or changed
+* ``sizes``     one graph for many sizes: ``ng.graphed(sizes="update")``
 * ``memory``    graph-owned temporaries: replay, footprint, capture cost
 * ``streams``   forked streams, child graphs, host nodes, pinned read-backs
 * ``bandwidth`` effective bandwidth of the ``_into`` ops on 1 GiB float32
@@ -23,11 +24,11 @@ are reported with the reason and skipped.
 """
 
 from . import (apps, bandwidth, capture_cost, collectives, devloop, eager, graphed, loop,
-               memory, ops, replay, streams)
+               memory, ops, replay, sizes, streams)
 
 __all__ = ["SUITES"]
 
 SUITES = {
-    m.NAME: m for m in (replay, eager, loop, devloop, capture_cost, graphed, memory, streams,
-                     bandwidth, ops, apps, collectives)
+    m.NAME: m for m in (replay, eager, loop, devloop, capture_cost, graphed, sizes, memory,
+                     streams, bandwidth, ops, apps, collectives)
 }

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from . import SUITES, bandwidth, collectives, eager, graphed, loop, memory, streams
+from . import sizes as sizes_suite
 from .floor import PEER as CPP
 from .report import format_value
 
@@ -267,6 +268,44 @@ def _graphed(s: _Suite, config: dict[str, Any]) -> str | None:
     return "; ".join(parts) if parts else None
 
 
+def _counted(value: float, word: str) -> str:
+    return f"{value:g} {word}" + ("" if value == 1 else "s")
+
+
+def _sizes(s: _Suite, config: dict[str, Any]) -> str | None:
+    z = sizes_suite
+    parts = []
+    steps = [(n, c) for n, c in _sized_cases(s, rf"{re.escape(z.NEW_SIZE)}, (\d+)-node step")
+             if s.value(c, z.UPDATE) is not None]
+    if steps:
+        ours = [s.value(c, z.UPDATE) for _, c in steps]
+        text = (f"a call with a new size of a step of {' / '.join(str(n) for n, _ in steps)} "
+                f"launches {_series(ours)} µs")
+        again = [s.value(c, z.RECAPTURE) for _, c in steps]
+        if all(v is not None for v in again):
+            text += (f", {' / '.join(_ratio(o, r) for o, r in zip(ours, again))} capturing "
+                     f"and instantiating the step at that size ({_series(again)})")
+        plain = [s.value(c, z.PLAIN) for _, c in steps]
+        if all(v is not None for v in plain):
+            text += f"; the step's own `graph.launch()` {_series(plain)}"
+        parts.append(text)
+    graphs, captures = s.value(z.GRAPHS, z.UPDATE), s.value(z.CAPTURES, z.UPDATE)
+    if graphs is not None and captures is not None:
+        text = (f"{z.SIZE_COUNT} sizes in turn: {_counted(graphs, 'graph')} held, "
+                f"{_counted(captures, 'capture')}")
+        per_graphs, per_captures = s.value(z.GRAPHS, z.PER_SIZE), s.value(z.CAPTURES, z.PER_SIZE)
+        if per_graphs is not None and per_captures is not None:
+            text += (f" (a graph per size: {_counted(per_graphs, 'graph')}, "
+                     f"{_counted(per_captures, 'capture')})")
+        parts.append(text)
+    modes = [r for r in s.rows if r.get("case") == z.PARTICLES and r.get("peer") != z.BEST
+             and isinstance(r.get("value"), (int, float))]
+    if modes:
+        listed = ", ".join(f"{r.get('peer')} {_num(r['value'])}" for r in modes)
+        parts.append(f"a particle step at 10% active, per step: {listed} µs")
+    return "; ".join(parts) if parts else None
+
+
 def _memory(s: _Suite, config: dict[str, Any]) -> str | None:
     parts = []
     owned = s.value(memory.REPLAY, memory.OWNED)
@@ -423,6 +462,7 @@ ITEMS: list[_Item] = [
     ("Eager launch of the tiny kernel", "host clock", "eager", _eager),
     ("Capture and instantiation", "host clock, per launch captured", "capture", _capture),
     ("Graphed functions", "`ng.graphed`, host clock", "graphed", _graphed),
+    ("One graph for many sizes", '`ng.graphed(sizes="update")`, host clock', "sizes", _sizes),
     ("Loops on the GPU", "host clock over one launch", "devloop", _devloop),
     ("Graph-owned memory", "", "memory", _memory),
     ("Several streams in one graph", "", "streams", _streams),

@@ -15,7 +15,7 @@ from .eager import CASE as EAGER, OP_CASE
 from .loop import DEVICE_LOOP, STEP
 from . import collectives, ops
 from .memory import FOOTPRINT_1, FOOTPRINT_8, OWNED, PREALLOCATED, REPLAY
-from . import streams
+from . import sizes, streams
 
 __all__ = ["Target", "TARGETS", "evaluate"]
 
@@ -50,6 +50,9 @@ class Target:
                 reasons = dict(suite.skipped)
                 why = suite.unjudged or reasons.get(peer, f"no {peer} result for {what}")
                 return {**out, "verdict": "n/a", "why": why}
+        if ref.value == 0:
+            return {**out, "verdict": "n/a",
+                    "why": f"{self.ref_peer} measured 0 {ref.unit} for {self.ref_case}"}
         ratio = row.value / ref.value
         limit = self.limit + self.slack / ref.value
         passed = ratio >= limit if self.at_least else ratio <= limit
@@ -152,6 +155,7 @@ def _targets() -> list[Target]:
                "graphed", case(n, ALL), GRAPHED, case(n, ALL), peer, 0.01)
         for n in STEPS for peer in (RECAPTURE, RECAPTURE_UPDATE)
     ]
+    found += _sizes_targets()
     for op in OPS:
         found.append(Target(f"{op}_into bandwidth >= 0.85x device copy", "bandwidth",
                             op, "numbagraph", COPY_CASE, "driver memcpy", 0.85, True))
@@ -177,6 +181,28 @@ def _rebinding_targets() -> list[Target]:
         found.append(Target(
             f"rebinding of {kind} nodes, fixed part <= 2 us", "graphed", fit_case(kind),
             FIXED, set_case(kind), BINDINGS, 0.0, slack=2.0))
+    return found
+
+
+def _sizes_targets() -> list[Target]:
+    """One graph for many sizes: a call at a new size of the 100-node step
+    at most 0.3x capturing and instantiating that step at that size; 16
+    sizes held by one graph, captured once (each count judged against
+    itself, the bound of 1 as slack); and in the particle step at 10%
+    active, the fastest mode other than the max grid at most 0.8x the max
+    grid's time per step."""
+    z = sizes
+    nodes = z.STEPS[-1]
+    found = [Target(f"a call with a new size of a {nodes}-node step <= 0.3x capture + "
+                    "instantiate of that step", z.NAME, z.case(nodes), z.UPDATE,
+                    z.case(nodes), z.RECAPTURE, 0.3)]
+    found += [
+        Target(f'{z.SIXTEEN} with sizes="update": {what} <= 1', z.NAME, row, z.UPDATE, row,
+               z.UPDATE, 0.0, slack=1.0)
+        for what, row in (("graphs held", z.GRAPHS), ("captures", z.CAPTURES))
+    ]
+    found.append(Target("particles at 10% active: best mode <= 0.8x the max-grid mode",
+                        z.NAME, z.PARTICLES, z.BEST, z.PARTICLES, z.MAX_GRID, 0.8))
     return found
 
 
