@@ -387,8 +387,9 @@ class GraphedFunction:
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
+        tried = False
         if entry is None and self._sizes:
-            entry = self._resize(cache, sig, stream, args, kwargs, values, spans)
+            entry, tried = self._resize(cache, sig, stream, args, kwargs, values, spans)
             if entry is not None:
                 entry.graph.launch()
                 cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
@@ -399,7 +400,8 @@ class GraphedFunction:
             self._warn_if_values_change(cache.last_sig, sig, names)
             cache.last_sig = sig
             done = cache.warm.get(sig, 0)
-            if done < self._warmup:
+            # A run that could not re-size a graph compiled what it launches.
+            if done < self._warmup and not tried:
                 if len(cache.warm) > 4 * self._max:
                     cache.warm.clear()
                 cache.warm[sig] = done + 1
@@ -525,15 +527,15 @@ class GraphedFunction:
         return entry
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
-                values: tuple, spans: dict[int, tuple]) -> _Entry | None:
+                values: tuple, spans: dict[int, tuple]) -> tuple[_Entry | None, bool]:
         """The graph of the call's family given the call's sizes and arrays
         by node updates, now kept under ``sig``; None, after a GraphedWarning
         naming why, where it cannot take them (the call is captured), or
-        where the family has no graph yet."""
+        where the family has no graph yet; and whether the function ran."""
         family = _resize.family_of(sig)
         entry = cache.families.get(family)
         if entry is None or cache.entries.get(entry.sig) is not entry:
-            return None
+            return None, False
         handle = self._handle if self._handle is not None else _backend.stream_handle(stream)
         plans: list = []
 
@@ -547,7 +549,7 @@ class GraphedFunction:
             entry.sig, entry.bound, entry.spans, entry.result = sig, values, spans, plan
             cache.entries[sig] = entry
             cache.resizes += 1
-            return entry
+            return entry, True
         if reason not in self._warned:
             self._warned.add(reason)
             warnings.warn(
@@ -556,7 +558,7 @@ class GraphedFunction:
                 "work whose kernel launches stay the same, in number and kernel, from "
                 "size to size",
                 GraphedWarning, stacklevel=5)
-        return None
+        return None, True
 
     def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,
                        args: tuple, kwargs: dict, keys: tuple, values: tuple,
