@@ -345,7 +345,7 @@ class NodeIndex:
         for i, (entry, launch) in enumerate(zip(entries, launches)):
             plan = launch.plan
             params = entry.params
-            if int(params.func) != int(plan.function) or int(params.kern):
+            if not _same_function(params, plan.function):
                 return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
                         "another kernel or overload of it (other argument types)")
             if entry.offsets is None:
@@ -409,6 +409,31 @@ def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
 
 _KIND_OF: dict[type, Any] = {_Kernel: _KERNEL, _Memcpy: _MEMCPY, _Memset: _MEMSET}
 _KIND_NAMES: dict[type, str] = {_Kernel: "kernel", _Memcpy: "copy", _Memset: "fill"}
+
+
+# A launched function's handle (numba's kernels are a library's, CUkernel) ->
+# the handles kernel nodes running it were found to hold: that one, and the
+# function it is in each context it was resolved in.
+_functions: dict[int, set[int]] = {}
+
+
+def _same_function(params: Any, function: Any) -> bool:
+    """Whether a kernel node's parameters run ``function`` (a node is read
+    in its graph's context, current here)."""
+    handle = int(function)
+    handles = _functions.get(handle)
+    if handles is None:
+        if len(_functions) > 4096:
+            _functions.clear()
+        handles = _functions[handle] = {handle}
+    held = (int(params.func), int(params.kern))
+    if held[0] in handles or held[1] in handles:
+        return True
+    err, resolved = cu.cuKernelGetFunction(cu.CUkernel(handle))
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return False
+    handles.add(int(resolved))
+    return int(resolved) in held
 
 
 def _name_of(plan: Any) -> str:
