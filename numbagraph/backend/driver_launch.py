@@ -341,15 +341,9 @@ _launch_kernel = cu.cuLaunchKernel
 
 # ---------------------------------------------------------------- diverted launches
 
-class Diverted:
-    """A kernel launch taken from a stream instead of made: its plan, its
-    ``dims_for`` and its arguments packed."""
-
-    __slots__ = ("plan", "dims", "params")
-
-    def __init__(self, plan: Plan, dims: tuple, params: bytes):
-        self.plan, self.dims, self.params = plan, dims, params
-
+# A kernel launch taken from a stream instead of made: (its plan, its
+# ``dims_for``, its arguments packed as bytes).
+Diverted = tuple
 
 # capture key -> the launches taken from that stream (empty: none is)
 _diverted: dict[Any, list[Diverted]] = {}
@@ -377,7 +371,7 @@ def _divert(handle: int, dispatcher: Any, args: tuple, dims: tuple,
     plan = plan_for(dispatcher, args, _context_key(), trusted)
     if plan is None:
         return False
-    taken.append(Diverted(plan, dims, plan.packed(args)))
+    taken.append((plan, dims, plan.packed(args)))
     return True
 
 
@@ -434,9 +428,20 @@ class FastConfiguration:
         args = _on_launch[0](self.handle, dispatcher, args)
         if self.numba.pre_launch_callbacks:
             return _numba_call[0](dispatcher, args, self.numba)
-        if _diverted and _divert(self.handle, dispatcher, args, self.dims):
-            return None
         ctx = _context_key()
+        if _diverted:
+            taken = _diverted.get(capture_key(self.handle))
+            if taken is not None:
+                key = key_of(args)
+                memo = self._last
+                if memo is not None and memo[1] == key and memo[0] == ctx:
+                    plan = memo[2]
+                else:
+                    plan = plan_for(dispatcher, args, ctx, key=key)
+                if plan is not None:
+                    self._last = (ctx, key, plan)
+                    taken.append((plan, self.dims, plan.packed(args)))
+                    return None
         packed = self._packed
         last = packed.last
         marks = _marks(args)

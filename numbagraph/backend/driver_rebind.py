@@ -81,6 +81,8 @@ def _packed(extra: int) -> int:
     raise DriverError("cuGraphKernelNodeGetParams", cu.CUresult.CUDA_ERROR_INVALID_VALUE)
 
 
+_DIM_FIELDS = ("gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ",
+               "sharedMemBytes")
 _LAUNCH_FIELDS = ("func", "kern", "ctx", "gridDimX", "gridDimY", "gridDimZ",
                   "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes")
 _MEMCPY_FIELDS = tuple(
@@ -107,7 +109,7 @@ class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "_words",
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "_words",
                  "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
@@ -122,20 +124,24 @@ class _Kernel:
         self.params.extra = 0
         self.slots = [offset // 8 for offset, size in layout if size == 8 and offset % 8 == 0]
         self.offsets: list[int] | None = None
-
-    def dims(self) -> tuple:
-        """(grid x, y, z, block x, y, z, shared bytes), as ``dims_for``."""
         p = self.params
-        return (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
-                p.sharedMemBytes)
+        # (grid x, y, z, block x, y, z, shared bytes), as ``dims_for``; read
+        # once, as the bindings' fields are slow to read.
+        self.dims = (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY,
+                     p.blockDimZ, p.sharedMemBytes)
+        # (function, kernel) handles the node runs
+        self.runs = (int(p.func), int(p.kern))
 
     def assign(self, dims: tuple, raw: bytes) -> None:
         """Hold ``dims`` and the parameters packed in ``raw`` (laid out as
         this node's), to be set on the executable."""
-        p = self.params
-        if dims != self.dims():
-            (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
-             p.sharedMemBytes) = dims
+        old = self.dims
+        if dims != old:
+            p = self.params
+            for field, new, was in zip(_DIM_FIELDS, dims, old):
+                if new != was:
+                    setattr(p, field, new)
+            self.dims = dims
         ctypes.memmove(self.buffer, raw, len(raw))
 
     @classmethod
@@ -342,25 +348,22 @@ class NodeIndex:
             return (f"the call launched {len(launches)} kernels where the graph holds "
                     f"{len(entries)} kernel nodes")
         changes = []
-        for i, (entry, launch) in enumerate(zip(entries, launches)):
-            plan = launch.plan
-            params = entry.params
-            if not _same_function(params, plan.function):
+        for i, (entry, (plan, dims, raw)) in enumerate(zip(entries, launches)):
+            if not _same_function(entry.runs, plan.function):
                 return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
                         "another kernel or overload of it (other argument types)")
             if entry.offsets is None:
                 entry.offsets = [offset for offset, _ in entry.layout]
             if entry.offsets != plan.offsets:
                 return f"launch {i} packs its parameters unlike the graph's node {i}"
-            raw = launch.params
-            if launch.dims != entry.dims() or raw != entry.buffer.raw[:len(raw)]:
-                changes.append((entry, launch.dims, raw))
+            if dims != entry.dims or raw != entry.buffer.raw[:len(raw)]:
+                changes.append((entry, dims, raw))
         if changes:
             self._set_whole(changes)
         return None
 
     def _set_whole(self, changes: list[tuple["_Kernel", tuple, bytes]]) -> None:
-        before = [(entry, entry.dims(), entry.buffer.raw) for entry, _, _ in changes]
+        before = [(entry, entry.dims, entry.buffer.raw) for entry, _, _ in changes]
         graph_exec, ctx = self.graph_exec, self.ctx
         done = 0
         try:
@@ -417,23 +420,22 @@ _KIND_NAMES: dict[type, str] = {_Kernel: "kernel", _Memcpy: "copy", _Memset: "fi
 _functions: dict[int, set[int]] = {}
 
 
-def _same_function(params: Any, function: Any) -> bool:
-    """Whether a kernel node's parameters run ``function`` (a node is read
-    in its graph's context, current here)."""
+def _same_function(runs: tuple[int, int], function: Any) -> bool:
+    """Whether a kernel node running the (function, kernel) handles ``runs``
+    runs ``function`` (a node is read in its graph's context, current here)."""
     handle = int(function)
     handles = _functions.get(handle)
     if handles is None:
         if len(_functions) > 4096:
             _functions.clear()
         handles = _functions[handle] = {handle}
-    held = (int(params.func), int(params.kern))
-    if held[0] in handles or held[1] in handles:
+    if runs[0] in handles or runs[1] in handles:
         return True
     err, resolved = cu.cuKernelGetFunction(cu.CUkernel(handle))
     if err != cu.CUresult.CUDA_SUCCESS:
         return False
     handles.add(int(resolved))
-    return int(resolved) in held
+    return int(resolved) in runs
 
 
 def _name_of(plan: Any) -> str:
