@@ -21,10 +21,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _graphmem
 from .backend import active as _backend
 from .capture import capture
 from .errors import DeviceNodeError
 from .graph import CapturedGraph
+from .nodes import is_launch
 
 __all__ = ["family_of", "rerun", "MODES"]
 
@@ -87,6 +89,17 @@ def _recorded(graph: CapturedGraph) -> str:
     return f"the call recorded {what}, which takes no new sizes by node updates"
 
 
+def _keepalive(taken: list, kept: list) -> list:
+    """What a graph given the launches ``taken`` keeps alive: each launch's
+    ``(kernel, args)`` in order (from the capture's ``kept`` for those taken
+    after the launch checks, which it recorded as it would have), then the
+    rest of ``kept``."""
+    recorded = iter([entry for entry in kept if is_launch(entry)])
+    launches = [(t[3], t[4]) if type(t) is tuple and len(t) == 5 else next(recorded)
+                for t in taken]
+    return [*launches, *(entry for entry in kept if not is_launch(entry))]
+
+
 def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dict,
           stream: Any, handle: int, accept: Callable[[Any], None]) -> str | None:
     """Run ``fn(*args, **kwargs)`` with its kernel launches on ``stream``
@@ -94,9 +107,14 @@ def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dic
     function's result: None once the graph holds them, or why it cannot
     take them, the graph unchanged. An error the function or ``accept``
     raises propagates, the graph unchanged."""
+    # Launches of device arrays and numbers alone are taken before the
+    # launch checks, which pass them where no graph memory exists (none to
+    # check them against) and a capture on this thread's graphed stream
+    # runs; the graph keeps what they were given.
+    early = not _graphmem.held[0]
     try:
         with capture(stream) as cap:
-            taken = _backend.divert_launches(handle)
+            taken = _backend.divert_launches(handle, early)
             try:
                 result = fn(*args, **kwargs)
             finally:
@@ -111,7 +129,7 @@ def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dic
             return _recorded(dry)
         accept(result)
         res = dry._res
-        keepalive, res.keepalive = res.keepalive, []
-        return graph._reparameterise(taken, keepalive)
+        kept, res.keepalive = res.keepalive, []
+        return graph._reparameterise(taken, _keepalive(taken, kept))
     finally:
         dry.close()

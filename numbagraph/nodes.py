@@ -303,7 +303,7 @@ def describe_arg(value: Any, conditions: dict[Any, NodeArg] | None = None,
     return NodeArg("other", type=kind.__name__)
 
 
-def _is_launch(entry: Any) -> bool:
+def is_launch(entry: Any) -> bool:
     """Whether an entry a graph keeps alive is a launch's ``(kernel, args)``
     (its other entries are scalars, copies' arrays and conditions)."""
     return (type(entry) is tuple and len(entry) == 2 and type(entry[1]) is tuple
@@ -320,7 +320,7 @@ def launches_of(keepalive: Iterable[Any]) -> Launches:
     made: dict[Any, NodeArg] = {}
     seen: set[int] = set()
     for entry in keepalive:
-        if not _is_launch(entry):
+        if not is_launch(entry):
             continue
         kernel, args = entry
         if id(kernel) not in seen:

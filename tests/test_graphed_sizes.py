@@ -104,8 +104,12 @@ def test_a_resize_moves_to_the_call_arrays_and_replays_the_same_after(stream, bi
     assert step.cache_info().resizes == 1
     nodes = step._caches[next(iter(step._caches))].entries
     (entry,) = nodes.values()
-    grids = [n.grid for n in entry.graph.nodes]
-    assert grids == [(3, 1, 1), (3, 1, 1)]
+    nodes = entry.graph.nodes
+    assert [n.grid for n in nodes] == [(3, 1, 1), (3, 1, 1)]
+    # described as the call's launches: the new shapes, the scalar by kind
+    assert [[a.shape for a in n.args if a.kind == "array"] for n in nodes] == [
+        [(24,), (24,)], [(24,)]]
+    assert nodes[1].args[1].kind == "DeviceScalar"
 
 
 def test_views_with_strides_and_two_dimensions(stream):

@@ -322,7 +322,7 @@ class Executable:
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         """Give each kernel node the launch at its place among ``launches``
-        (``driver_launch.Diverted``, in the order the capture made the
+        (``driver_launch.Taken``, in the order the capture made the
         nodes); or, changing nothing, say why that cannot be done."""
         if self._conditionals or self._bodies:
             return "the graph holds a conditional node (a device loop or branch)"

@@ -341,20 +341,31 @@ _launch_kernel = cu.cuLaunchKernel
 
 # ---------------------------------------------------------------- diverted launches
 
-# A kernel launch taken from a stream instead of made: (its plan, its
-# ``dims_for``, its arguments packed as bytes).
-Diverted = tuple
+class Taken(list):
+    """The kernel launches taken from a stream instead of made, in order:
+    ``(plan, dims_for, arguments packed as bytes)``, and, for one taken
+    before the launch checks, ``kernel, arguments`` after them."""
+
+    __slots__ = ("early",)
+
+    def __init__(self, early: bool):
+        super().__init__()
+        self.early = early
+
 
 # capture key -> the launches taken from that stream (empty: none is)
-_diverted: dict[Any, list[Diverted]] = {}
+_diverted: dict[Any, Taken] = {}
 
 
-def divert_launches(handle: int) -> list[Diverted]:
+def divert_launches(handle: int, early: bool = False) -> Taken:
     """From now on, the kernel launches on stream ``handle`` (this thread's,
     for the per-thread default stream) that numbagraph packs are not made
-    but listed, in order, in the list returned; one numbagraph cannot pack
-    goes on as it would."""
-    taken: list[Diverted] = []
+    but listed, in order, in the list returned, once the launch checks
+    passed them; one numbagraph cannot pack goes on as it would. With
+    ``early``, a ``kernel[...]`` launch whose arguments are numba device
+    arrays and numbers alone, no launch guard set, is taken before the
+    checks: the caller vouches that they would pass it."""
+    taken = Taken(early)
     _diverted[capture_key(handle)] = taken
     return taken
 
@@ -418,8 +429,33 @@ class FastConfiguration:
         self._last = None
         self._packed = _Packed()
 
+    def _take(self, taken: Taken, args: tuple, ctx: int, early: bool) -> bool:
+        """List the launch with ``args`` in ``taken``, where the fast path
+        packs it."""
+        key = key_of(args)
+        if key is None:
+            return False
+        memo = self._last
+        if memo is not None and memo[1] == key and memo[0] == ctx:
+            plan = memo[2]
+        else:
+            plan = plan_for(self.dispatcher, args, ctx, key=key)
+            if plan is None:
+                return False
+            self._last = (ctx, key, plan)
+        if early:
+            taken.append((plan, self.dims, plan.packed(args), self.dispatcher, args))
+        else:
+            taken.append((plan, self.dims, plan.packed(args)))
+        return True
+
     def __call__(self, *args: Any) -> Any:
         dispatcher = self.dispatcher
+        if _diverted and _guard[0] is None and not self.numba.pre_launch_callbacks:
+            taken = _diverted.get(capture_key(self.handle))
+            if taken is not None and taken.early and self._take(taken, args, _context_key(),
+                                                                True):
+                return None
         if _guard[0] is not None:
             numba = self.numba
             if _launch_guarded(self.handle, dispatcher, args, numba.griddim,
@@ -431,17 +467,8 @@ class FastConfiguration:
         ctx = _context_key()
         if _diverted:
             taken = _diverted.get(capture_key(self.handle))
-            if taken is not None:
-                key = key_of(args)
-                memo = self._last
-                if memo is not None and memo[1] == key and memo[0] == ctx:
-                    plan = memo[2]
-                else:
-                    plan = plan_for(dispatcher, args, ctx, key=key)
-                if plan is not None:
-                    self._last = (ctx, key, plan)
-                    taken.append((plan, self.dims, plan.packed(args)))
-                    return None
+            if taken is not None and self._take(taken, args, ctx, False):
+                return None
         packed = self._packed
         last = packed.last
         marks = _marks(args)

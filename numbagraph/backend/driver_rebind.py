@@ -335,7 +335,7 @@ class NodeIndex:
     def reparameterise(self, launches: Sequence[Any], num_nodes: int) -> str | None:
         """Set each kernel node, in the order the capture made them, to the
         function, dimensions and packed parameters of the launch at its
-        place (``driver_launch.Diverted``), where they differ; or, before
+        place (``driver_launch.Taken``), where they differ; or, before
         anything is set, the first reason that cannot be done. A node the
         driver refuses sets every node back and raises RebindError."""
         entries = self.entries
@@ -348,7 +348,8 @@ class NodeIndex:
             return (f"the call launched {len(launches)} kernels where the graph holds "
                     f"{len(entries)} kernel nodes")
         changes = []
-        for i, (entry, (plan, dims, raw)) in enumerate(zip(entries, launches)):
+        for i, (entry, launch) in enumerate(zip(entries, launches)):
+            plan, dims, raw = launch[0], launch[1], launch[2]
             if not _same_function(entry.runs, plan.function):
                 return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
                         "another kernel or overload of it (other argument types)")

@@ -516,13 +516,17 @@ class Backend(Protocol):
         kernel launch: where it returns ``(kernel2, args2)``, the launch is
         ``kernel2`` with ``args2``, in the same configuration, instead."""
 
-    def divert_launches(self, handle: int) -> list:
+    def divert_launches(self, handle: int, early: bool = False) -> list:
         """From now on, kernel launches on the stream ``handle`` (this
         thread's, for the per-thread default stream), once ``on_launch``
         has passed them, are listed in order in the list returned instead
         of made, as ``Executable.reparameterise`` takes them; a launch the
         backend cannot list so (on the driver, one its fast path cannot
-        pack) is made as before."""
+        pack) is made as before. With ``early``, the caller vouching that
+        ``on_launch`` would pass launches whose arguments are device arrays
+        and numbers alone and keep nothing for them, such a launch may be
+        taken before it, listed with ``kernel, args`` at its end, and no
+        capture keeps it."""
 
     def stop_diverting(self, handle: int) -> None:
         """Launches on the stream are made again."""

@@ -591,7 +591,9 @@ def _kind_of(node: Any) -> str:
 _diverted: dict[Any, list] = {}
 
 
-def divert_launches(handle: int) -> list:
+def divert_launches(handle: int, early: bool = False) -> list:
+    """Every launch is taken after ``on_launch``, as the recorded call it
+    would be."""
     taken: list = []
     _diverted[capture_key(handle)] = taken
     return taken
