@@ -311,3 +311,27 @@ def test_without_sizes_update_each_shape_is_a_graph(stream, big):
         step(x[:n], y[:n], b)
     info = step.cache_info()
     assert (info.graphs, info.resizes) == (3, 0)
+
+
+def test_rebinding_and_resizing_take_turns(stream):
+    # a ping-pong whose size changes now and then: same-shape calls rebind,
+    # new shapes re-size, in any order
+    a = dev(np.arange(64) + 1, stream)
+    b = dev(np.zeros(64), stream)
+
+    @ng.graphed(stream=stream, sizes="update")
+    def step(src, dst):
+        scale[blocks(dst.size), BLOCK, stream](src, dst, 2.0)
+
+    want_a = np.arange(64, dtype=np.float32) + 1
+    want_b = np.zeros(64, np.float32)
+    for k, n in enumerate((8, 8, 8, 24, 24, 5, 5, 24, 64, 64)):
+        src, dst, want_src, want_dst = (a, b, want_a, want_b) if k % 2 == 0 else (
+            b, a, want_b, want_a)
+        step(src[:n], dst[:n])
+        want_dst[:n] = 2 * want_src[:n]
+        np.testing.assert_array_equal(a.copy_to_host(stream=stream), want_a, err_msg=f"{k}")
+        np.testing.assert_array_equal(b.copy_to_host(stream=stream), want_b, err_msg=f"{k}")
+    info = step.cache_info()
+    assert (info.graphs, info.captures) == (1, 1)
+    assert info.resizes == 4 and info.rebinds >= 4

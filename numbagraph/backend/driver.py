@@ -331,6 +331,16 @@ class Executable:
     def _reparameterise(self, launches: Sequence[Any]) -> str | None:
         return self._node_index().reparameterise(launches, self.num_nodes)
 
+    def kernel_dims(self) -> dict[int, tuple]:
+        """The dimensions its kernel nodes run with, by node handle, where
+        they may differ from its definition's (set whole since the capture);
+        empty where it runs another graph's parameters."""
+        index = self._index
+        if index is None or self._applied is not None:
+            return {}
+        return {int(entry.node): entry.dims for entry in index.entries
+                if getattr(entry, "dims", None) is not None}
+
     def _node_index(self) -> NodeIndex:
         if self._index is None:
             source = self._applied or self

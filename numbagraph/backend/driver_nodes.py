@@ -52,7 +52,7 @@ _POINTER_TYPE = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 def describe_graph(executable: Any, kernels: Sequence[Any]) -> tuple[NodeInfo, ...]:
     definition, conditionals = executable.definition()
     names = _Kernels(kernels)
-    return _Graph(conditionals, names).describe(definition)
+    return _Graph(conditionals, names, executable.kernel_dims()).describe(definition)
 
 
 class _Kernels:
@@ -149,9 +149,13 @@ class _Graph:
     """Describes graphs of one definition: its conditional nodes' bodies,
     and the kernels its kernel nodes may run."""
 
-    def __init__(self, conditionals: dict[int, tuple], kernels: _Kernels):
+    def __init__(self, conditionals: dict[int, tuple], kernels: _Kernels,
+                 dims: dict[int, tuple] | None = None):
         self._conditionals = conditionals
         self._kernels = kernels
+        # Kernel nodes' dimensions set on the executable since its capture,
+        # by node handle.
+        self._dims = dims or {}
 
     def describe(self, graph: Any) -> tuple[NodeInfo, ...]:
         nodes = graph_nodes(graph, ())
@@ -175,11 +179,12 @@ class _Graph:
         action = _ACTIONS.get(kind_of)
         if kind == "kernel":
             params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
-            return NodeInfo(
-                kind, kernel=self._kernels.of(params),
-                grid=_dim3(params.gridDimX, params.gridDimY, params.gridDimZ),
-                block=_dim3(params.blockDimX, params.blockDimY, params.blockDimZ),
-                shared=int(params.sharedMemBytes))
+            dims = self._dims.get(int(node))
+            if dims is None:
+                dims = (params.gridDimX, params.gridDimY, params.gridDimZ, params.blockDimX,
+                        params.blockDimY, params.blockDimZ, params.sharedMemBytes)
+            return NodeInfo(kind, kernel=self._kernels.of(params), grid=_dim3(*dims[:3]),
+                            block=_dim3(*dims[3:6]), shared=int(dims[6]))
         if kind == "memset":
             params = check("cuGraphMemsetNodeGetParams", cu.cuGraphMemsetNodeGetParams(node))
             element = int(params.elementSize)

@@ -109,7 +109,8 @@ class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "_words",
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw", "plan",
+                 "_words",
                  "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
@@ -131,6 +132,10 @@ class _Kernel:
                      p.blockDimZ, p.sharedMemBytes)
         # (function, kernel) handles the node runs
         self.runs = (int(p.func), int(p.kern))
+        # The parameters as packed bytes, and the launch plan found to run
+        # this node's function with its layout.
+        self.raw = bytes(raw[:max((o + n for o, n in layout), default=0)])
+        self.plan: Any = None
 
     def assign(self, dims: tuple, raw: bytes) -> None:
         """Hold ``dims`` and the parameters packed in ``raw`` (laid out as
@@ -143,6 +148,7 @@ class _Kernel:
                     setattr(p, field, new)
             self.dims = dims
         ctypes.memmove(self.buffer, raw, len(raw))
+        self.raw = raw
 
     @classmethod
     def of(cls, node: Any, source: Any) -> "_Kernel":
@@ -166,6 +172,7 @@ class _Kernel:
 
     def write(self, slot: int, value: int) -> None:
         self._words[slot] = value
+        self.raw = b""  # known again once assigned whole
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_kernel(graph_exec, self.node, self.params)
@@ -348,23 +355,28 @@ class NodeIndex:
             return (f"the call launched {len(launches)} kernels where the graph holds "
                     f"{len(entries)} kernel nodes")
         changes = []
+        found = []
         for i, (entry, launch) in enumerate(zip(entries, launches)):
             plan, dims, raw = launch[0], launch[1], launch[2]
-            if not _same_function(entry.runs, plan.function):
-                return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
-                        "another kernel or overload of it (other argument types)")
-            if entry.offsets is None:
-                entry.offsets = [offset for offset, _ in entry.layout]
-            if entry.offsets != plan.offsets:
-                return f"launch {i} packs its parameters unlike the graph's node {i}"
-            if dims != entry.dims or raw != entry.buffer.raw[:len(raw)]:
+            if entry.plan is not plan:
+                if not _same_function(entry.runs, plan.function):
+                    return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
+                            "another kernel or overload of it (other argument types)")
+                if entry.offsets is None:
+                    entry.offsets = [offset for offset, _ in entry.layout]
+                if entry.offsets != plan.offsets:
+                    return f"launch {i} packs its parameters unlike the graph's node {i}"
+                found.append((entry, plan))
+            if dims != entry.dims or raw != entry.raw:
                 changes.append((entry, dims, raw))
+        for entry, plan in found:
+            entry.plan = plan
         if changes:
             self._set_whole(changes)
         return None
 
     def _set_whole(self, changes: list[tuple["_Kernel", tuple, bytes]]) -> None:
-        before = [(entry, entry.dims, entry.buffer.raw) for entry, _, _ in changes]
+        before = [(entry, entry.dims, entry.raw) for entry, _, _ in changes]
         graph_exec, ctx = self.graph_exec, self.ctx
         done = 0
         try:
