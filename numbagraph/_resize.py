@@ -1,18 +1,20 @@
 """New sizes for a graph by node updates: the work run again, its kernel
-launches taken instead of made, and given to the graph's nodes.
+launches, copies and fills taken instead of made, and given to the graph's
+nodes.
 
 A graphed function with ``sizes="update"`` keeps one graph per *family* of
 signatures: signatures whose arrays differ only in shape and strides (the
 same kinds, dtypes, ranks and layouts, so the same compiled overloads). A
 call of a new signature of a known family runs the function again inside a
-capture of its stream, with the stream's kernel launches diverted
-(``divert_launches``): each launch passes every check a captured launch
-passes, then is listed instead of recorded. The capture must record nothing
-else: anything it records (a copy, a fill, memory, a host call, a loop, a
+capture of its stream, with the stream's work diverted
+(``divert_launches``): each kernel launch passes the checks a captured
+launch passes, then is listed instead of recorded, and so is each copy and
+fill numbagraph makes itself. The capture must record nothing else:
+anything it records (memory, a host call, a loop, a copy numba makes, a
 launch numbagraph does not pack) is work node updates cannot re-size, and
-the call is captured instead. The launches then go to the graph's kernel
-nodes one for one (``CapturedGraph._reparameterise``), which refuses, in
-words, another count, another kernel or overload, or a node of another kind.
+the call is captured instead. The work listed then goes to the graph's
+kernel, copy and fill nodes one for one (``CapturedGraph._reparameterise``),
+which refuses, in words, another count, another kind, kernel or overload.
 """
 
 from __future__ import annotations
@@ -83,20 +85,22 @@ def _recorded(graph: CapturedGraph) -> str:
                 "(through numba's own launch: NUMBAGRAPH_FAST_LAUNCH=0, a kernel with "
                 "extensions, or an argument of a kind the fast path does not take), "
                 "or one on another stream")
-    what = {"memset": "a fill", "memcpy": "a copy", "memory": "graph memory (ng.empty)",
+    what = {"memset": "a fill numbagraph does not make itself",
+            "memcpy": "a copy numbagraph does not make itself", "memory": "graph memory (ng.empty)",
             "host": "a host call (ng.on_host)", "conditional": "a device loop or branch",
             "child": "a child graph"}.get(kind, f"a {kind} node")
     return f"the call recorded {what}, which takes no new sizes by node updates"
 
 
 def _keepalive(taken: list, kept: list) -> list:
-    """What a graph given the launches ``taken`` keeps alive: each launch's
+    """What a graph given the work ``taken`` (kernel launches, and copies
+    and fills, named by their first item) keeps alive: each launch's
     ``(kernel, args)`` in order (from the capture's ``kept`` for those taken
     after the launch checks, which it recorded as it would have), then the
     rest of ``kept``."""
     recorded = iter([entry for entry in kept if is_launch(entry)])
     launches = [(t[3], t[4]) if type(t) is tuple and len(t) == 5 else next(recorded)
-                for t in taken]
+                for t in taken if type(t[0]) is not str]
     return [*launches, *(entry for entry in kept if not is_launch(entry))]
 
 

@@ -788,8 +788,8 @@ class CapturedGraph:
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
 
     def _reparameterise(self, launches: list, keepalive: list) -> str | None:
-        """Give the graph's kernel nodes ``launches`` (taken by the
-        backend's ``divert_launches`` from a run of the work that recorded
+        """Give the graph's kernel, copy and fill nodes ``launches`` (the
+        work the backend's ``divert_launches`` took from a run that recorded
         nothing else), keeping ``keepalive``, what that run's capture kept,
         instead of what it keeps now; or, changing nothing, say why the
         graph cannot take them."""

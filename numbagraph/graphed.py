@@ -684,10 +684,10 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     a call whose arrays differ from a kept graph's only in shape and
     strides (the same kinds, dtypes, ranks and layouts) runs ``fn``'s Python
     again without launching anything, takes its kernel launches (grids,
-    blocks, shared memory, arguments) and sets them on that graph's kernel
-    nodes, one for one, before launching it; ``cache_info().resizes``
-    counts such calls. Where the launches differ in number or kernel, or
-    the work holds anything but kernel launches (a copy, a fill, graph
+    blocks, shared memory, arguments) and numbagraph's own copies and
+    fills, and sets them on that graph's nodes, one for one, before
+    launching it; ``cache_info().resizes`` counts such calls. Where the
+    work differs in number, kind or kernel, or holds anything else (graph
     memory, a host call, a device loop, cuBLAS), the call is captured as
     with ``sizes="capture"``, after a GraphedWarning naming the first
     difference.

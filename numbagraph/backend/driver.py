@@ -321,9 +321,9 @@ class Executable:
         return self._node_index().plan(moves)
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
-        """Give each kernel node the launch at its place among ``launches``
-        (``driver_launch.Taken``, in the order the capture made the
-        nodes); or, changing nothing, say why that cannot be done."""
+        """Give each kernel, copy and fill node the work at its place among
+        ``launches`` (``driver_divert.Taken``, in the order the capture made
+        the nodes); or, changing nothing, say why that cannot be done."""
         if self._conditionals or self._bodies:
             return "the graph holds a conditional node (a device loop or branch)"
         return in_context(self._ctx, self._reparameterise, launches)

@@ -45,6 +45,7 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _driver
 
 from ._streams import capture_key, stream_handle
+from .driver_divert import Taken, diverted as _diverted, divert_launches, stop_diverting  # noqa: F401
 from .driver import _context_key
 from .driver import argument_types
 from ._arguments import untyped_launch
@@ -340,39 +341,6 @@ _launch_kernel = cu.cuLaunchKernel
 
 
 # ---------------------------------------------------------------- diverted launches
-
-class Taken(list):
-    """The kernel launches taken from a stream instead of made, in order:
-    ``(plan, dims_for, arguments packed as bytes)``, and, for one taken
-    before the launch checks, ``kernel, arguments`` after them."""
-
-    __slots__ = ("early",)
-
-    def __init__(self, early: bool):
-        super().__init__()
-        self.early = early
-
-
-# capture key -> the launches taken from that stream (empty: none is)
-_diverted: dict[Any, Taken] = {}
-
-
-def divert_launches(handle: int, early: bool = False) -> Taken:
-    """From now on, the kernel launches on stream ``handle`` (this thread's,
-    for the per-thread default stream) that numbagraph packs are not made
-    but listed, in order, in the list returned, once the launch checks
-    passed them; one numbagraph cannot pack goes on as it would. With
-    ``early``, a ``kernel[...]`` launch whose arguments are numba device
-    arrays and numbers alone, no launch guard set, is taken before the
-    checks: the caller vouches that they would pass it."""
-    taken = Taken(early)
-    _diverted[capture_key(handle)] = taken
-    return taken
-
-
-def stop_diverting(handle: int) -> None:
-    _diverted.pop(capture_key(handle), None)
-
 
 def _divert(handle: int, dispatcher: Any, args: tuple, dims: tuple,
             trusted: bool = False) -> bool:

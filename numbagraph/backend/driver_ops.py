@@ -22,6 +22,7 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from ..errors import OpError
 from ._streams import NAMED_HANDLES, stream_handle
 from .driver_base import check, raise_for
+from .driver_divert import diverted as _diverted, take as _take
 
 THREADS_PER_BLOCK = 256
 
@@ -267,7 +268,10 @@ def memset_zero(dev: Any, handle: int) -> None:
     nbytes = dev.size * dev.dtype.itemsize
     if nbytes == 0:
         return
-    err, = cu.cuMemsetD8Async(dev.device_ctypes_pointer.value, 0, nbytes, handle)
+    ptr = dev.device_ctypes_pointer.value
+    if _diverted and _take(handle, ("fill", ptr, 0, nbytes)):
+        return
+    err, = cu.cuMemsetD8Async(ptr, 0, nbytes, handle)
     raise_for("cuMemsetD8Async", err)
 
 
@@ -277,16 +281,20 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     nbytes = dst.size * dst.dtype.itemsize
     if nbytes == 0:
         return
-    err, = cu.cuMemcpyDtoDAsync(dst.device_ctypes_pointer.value,
-                                src.device_ctypes_pointer.value, nbytes, handle)
+    target, source = dst.device_ctypes_pointer.value, src.device_ctypes_pointer.value
+    if _diverted and _take(handle, ("copy", target, source, nbytes)):
+        return
+    err, = cu.cuMemcpyDtoDAsync(target, source, nbytes, handle)
     raise_for("cuMemcpyDtoDAsync", err)
 
 
 def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     """Copy ``dev`` into ``host``, pinned memory, on the stream, without
     waiting (a copy node while the stream captures)."""
-    err, = cu.cuMemcpyDtoHAsync(host.ctypes.data, dev.device_ctypes_pointer.value,
-                                host.nbytes, handle)
+    source = dev.device_ctypes_pointer.value
+    if _diverted and _take(handle, ("to host", host.ctypes.data, source, host.nbytes)):
+        return
+    err, = cu.cuMemcpyDtoHAsync(host.ctypes.data, source, host.nbytes, handle)
     raise_for("cuMemcpyDtoHAsync", err)
 
 

@@ -137,9 +137,13 @@ class _Kernel:
         self.raw = bytes(raw[:max((o + n for o, n in layout), default=0)])
         self.plan: Any = None
 
-    def assign(self, dims: tuple, raw: bytes) -> None:
-        """Hold ``dims`` and the parameters packed in ``raw`` (laid out as
-        this node's), to be set on the executable."""
+    def state(self) -> tuple:
+        return self.dims, self.raw
+
+    def assign(self, state: tuple) -> None:
+        """Hold ``(dims, raw)``: dimensions and the parameters packed in
+        ``raw`` (laid out as this node's), to be set on the executable."""
+        dims, raw = state
         old = self.dims
         if dims != old:
             p = self.params
@@ -204,6 +208,32 @@ class _Memcpy:
     def write(self, slot: str, value: int) -> None:
         setattr(self.params, slot, cu.CUdeviceptr(value))
 
+    def state(self) -> tuple:
+        """(source, target, bytes) of a one-row copy."""
+        p = self.params
+        host = "srcDevice" in self.slots and "dstDevice" not in self.slots
+        return (int(p.srcDevice), int(p.dstHost) if host else int(p.dstDevice),
+                int(p.WidthInBytes))
+
+    def state_for(self, item: tuple, i: int) -> tuple | str:
+        """The state copy ``item`` (a taken copy) gives this node, or why it
+        cannot."""
+        p = self.params
+        wanted = {"copy": ["srcDevice", "dstDevice"], "to host": ["srcDevice"]}.get(item[0])
+        if wanted != self.slots or int(p.Height) > 1 or int(p.Depth) > 1:
+            return (f"the call made a {item[0]} where the graph's node {i} is another "
+                    "kind of node or copy")
+        return item[2], item[1], item[3]
+
+    def assign(self, state: tuple) -> None:
+        p = self.params
+        p.srcDevice = cu.CUdeviceptr(state[0])
+        if "dstDevice" in self.slots:
+            p.dstDevice = cu.CUdeviceptr(state[1])
+        else:
+            p.dstHost = state[1]
+        p.WidthInBytes = state[2]
+
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_memcpy(graph_exec, self.node, self.params, ctx)
         if err:
@@ -232,6 +262,22 @@ class _Memset:
 
     def write(self, slot: str, value: int) -> None:
         self.params.dst = cu.CUdeviceptr(value)
+
+    def state(self) -> tuple:
+        """(target, bytes) of a one-row fill of bytes."""
+        return int(self.params.dst), int(self.params.width)
+
+    def state_for(self, item: tuple, i: int) -> tuple | str:
+        p = self.params
+        if (item[0] != "fill" or int(p.elementSize) != 1 or int(p.value) != item[2]
+                or int(p.height) > 1):
+            return (f"the call made a {item[0]} where the graph's node {i} is another "
+                    "kind of node or fill")
+        return item[1], item[3]
+
+    def assign(self, state: tuple) -> None:
+        self.params.dst = cu.CUdeviceptr(state[0])
+        self.params.width = state[1]
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_memset(graph_exec, self.node, self.params, ctx)
@@ -339,25 +385,34 @@ class NodeIndex:
     def plan(self, moves: Sequence[Move]) -> _Plan:
         return _Plan(self, moves)
 
-    def reparameterise(self, launches: Sequence[Any], num_nodes: int) -> str | None:
-        """Set each kernel node, in the order the capture made them, to the
-        function, dimensions and packed parameters of the launch at its
-        place (``driver_launch.Taken``), where they differ; or, before
-        anything is set, the first reason that cannot be done. A node the
-        driver refuses sets every node back and raises RebindError."""
+    def reparameterise(self, taken: Sequence[Any], num_nodes: int) -> str | None:
+        """Give each kernel, copy and fill node, in the order the capture
+        made them, the work at its place among ``taken``
+        (``driver_divert``): a kernel its launch's function, dimensions and
+        packed parameters, a copy or fill its pointers and bytes, where
+        they differ; or, before anything is set, the first reason that
+        cannot be done. A node the driver refuses sets every node back and
+        raises RebindError."""
         entries = self.entries
-        if len(entries) != num_nodes or any(type(e) is not _Kernel for e in entries):
-            kinds = [_KIND_NAMES.get(type(e), "library") for e in entries]
-            other = next((k for k in kinds if k != "kernel"), "library")
-            return (f"the graph holds a {other} node, and only kernel nodes take new "
-                    "sizes here")
-        if len(launches) != len(entries):
-            return (f"the call launched {len(launches)} kernels where the graph holds "
-                    f"{len(entries)} kernel nodes")
+        if len(entries) != num_nodes:
+            return ("the graph holds a node other than kernels, copies and fills (an "
+                    "event, memory or library node)")
+        if len(taken) != len(entries):
+            return (f"the call made {len(taken)} kernel launches, copies and fills where "
+                    f"the graph holds {len(entries)} such nodes")
         changes = []
         found = []
-        for i, (entry, launch) in enumerate(zip(entries, launches)):
-            plan, dims, raw = launch[0], launch[1], launch[2]
+        for i, (entry, item) in enumerate(zip(entries, taken)):
+            if type(entry) is not _Kernel:
+                state = entry.state_for(item, i)
+                if type(state) is str:
+                    return state
+                if state != entry.state():
+                    changes.append((entry, state))
+                continue
+            plan = item[0]
+            if type(plan) is str:
+                return f"the call made a {plan} where the graph's node {i} is a kernel launch"
             if entry.plan is not plan:
                 if not _same_function(entry.runs, plan.function):
                     return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
@@ -367,34 +422,35 @@ class NodeIndex:
                 if entry.offsets != plan.offsets:
                     return f"launch {i} packs its parameters unlike the graph's node {i}"
                 found.append((entry, plan))
-            if dims != entry.dims or raw != entry.raw:
-                changes.append((entry, dims, raw))
+            state = (item[1], item[2])
+            if state[0] != entry.dims or state[1] != entry.raw:
+                changes.append((entry, state))
         for entry, plan in found:
             entry.plan = plan
         if changes:
             self._set_whole(changes)
         return None
 
-    def _set_whole(self, changes: list[tuple["_Kernel", tuple, bytes]]) -> None:
-        before = [(entry, entry.dims, entry.raw) for entry, _, _ in changes]
+    def _set_whole(self, changes: list[tuple[Any, tuple]]) -> None:
+        before = [(entry, entry.state()) for entry, _ in changes]
         graph_exec, ctx = self.graph_exec, self.ctx
         done = 0
         try:
-            for entry, dims, raw in changes:
-                entry.assign(dims, raw)
+            for entry, state in changes:
+                entry.assign(state)
                 entry.set_on(graph_exec, ctx)
                 done += 1
         except DriverError as exc:
-            for i, (entry, dims, raw) in enumerate(before):
-                entry.assign(dims, raw)
+            for i, (entry, state) in enumerate(before):
+                entry.assign(state)
                 if i < done:
                     try:
                         entry.set_on(graph_exec, ctx)
                     except DriverError:  # noqa: PERF203  restore what can be restored
                         pass
             raise RebindError(
-                f"the driver refused new parameters for a kernel node ({exc}); the "
-                "graph is unchanged") from exc
+                f"the driver refused new parameters for a node ({exc}); the graph is "
+                "unchanged") from exc
         finally:
             self._holders = None
 
@@ -424,7 +480,6 @@ def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
 
 
 _KIND_OF: dict[type, Any] = {_Kernel: _KERNEL, _Memcpy: _MEMCPY, _Memset: _MEMSET}
-_KIND_NAMES: dict[type, str] = {_Kernel: "kernel", _Memcpy: "copy", _Memset: "fill"}
 
 
 # A launched function's handle (numba's kernels are a library's, CUkernel) ->

@@ -142,10 +142,11 @@ class Executable(Protocol):
         nothing until the plan is applied. The graph is instantiated first."""
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
-        """Give each of the graph's nodes, all kernel nodes in the order
-        the capture made them, the kernel launch at its place among
-        ``launches`` (taken by ``divert_launches``): its grid, block, shared
-        memory and arguments. Where a launch is of another kernel or
+        """Give each of the graph's nodes, kernel launches, copies and fills
+        in the order the capture made them, the work at its place among
+        ``launches`` (taken by ``divert_launches``): a kernel node its
+        launch's grid, block, shared memory and arguments, a copy or fill
+        its pointers and bytes. Where an item is of another kind, kernel or
         overload than its node, or the counts differ, or the graph holds a
         node of another kind, nothing changes and the first such
         difference is returned, in words; None once done. The graph is
@@ -519,10 +520,13 @@ class Backend(Protocol):
     def divert_launches(self, handle: int, early: bool = False) -> list:
         """From now on, kernel launches on the stream ``handle`` (this
         thread's, for the per-thread default stream), once ``on_launch``
-        has passed them, are listed in order in the list returned instead
-        of made, as ``Executable.reparameterise`` takes them; a launch the
-        backend cannot list so (on the driver, one its fast path cannot
-        pack) is made as before. With ``early``, the caller vouching that
+        has passed them, and the copies and fills numbagraph makes there
+        (``copy_device``, ``copy_to_host_async``, ``memset_zero``) are
+        listed in order in the list returned instead of made, as
+        ``Executable.reparameterise`` takes them, each a tuple: a copy or
+        fill named by its first item (``"copy"``, ``"to host"``,
+        ``"fill"``); a launch the backend cannot list so (on the driver,
+        one its fast path cannot pack) is made as before. With ``early``, the caller vouching that
         ``on_launch`` would pass launches whose arguments are device arrays
         and numbers alone and keep nothing for them, such a launch may be
         taken before it, listed with ``kernel, args`` at its end, and no

@@ -246,22 +246,30 @@ class Executable:
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         self.instantiated = True
         nodes = self._nodes
-        for node in nodes:
-            if not (isinstance(node, functools.partial) and node.func is _run):
-                return f"the graph holds a {_kind_of(node)} node, and only kernel nodes take new sizes here"
         if self._prologue:
             return "the graph holds a conditional node (a device loop or branch)"
+        kinds = [_kind_of(node) for node in nodes]
+        other = next((k for k in kinds if k not in _TAKEN_KINDS), None)
+        if other is not None:
+            return (f"the graph holds a {other} node, and only kernel launches, copies "
+                    "and fills take new sizes here")
         if len(launches) != len(nodes):
-            return (f"the call launched {len(launches)} kernels where the graph holds "
-                    f"{len(nodes)} kernel nodes")
-        for i, (node, launch) in enumerate(zip(nodes, launches)):
-            kernel = node.args[0]
-            if launch.args[0] is not kernel or _launch_types(launch.args[4]) != _launch_types(
-                    node.args[4]):
-                name = getattr(getattr(launch.args[0], "py_func", None), "__name__", "a kernel")
+            return (f"the call made {len(launches)} kernel launches, copies and fills where "
+                    f"the graph holds {len(nodes)} such nodes")
+        calls = []
+        for i, (node, kind, item) in enumerate(zip(nodes, kinds, launches)):
+            made = "kernel" if len(item) == 1 else item[0]
+            if made != kind:
+                return (f"the call made a {made} where the graph's node {i} is a "
+                        f"{'kernel launch' if kind == 'kernel' else kind}")
+            call = item[-1]
+            if kind == "kernel" and (call.args[0] is not node.args[0] or _launch_types(
+                    call.args[4]) != _launch_types(node.args[4])):
+                name = getattr(getattr(call.args[0], "py_func", None), "__name__", "a kernel")
                 return (f"launch {i} runs `{name}`, and the graph's node {i} another "
                         "kernel or overload of it (other argument types)")
-        self._nodes = tuple(launches)
+            calls.append(call)
+        self._nodes = tuple(calls)
         return None
 
     def close(self) -> None:
@@ -571,19 +579,26 @@ class _ConfiguredLaunch:
         if _diverted:
             taken = _diverted.get(capture_key(handle))
             if taken is not None:
-                taken.append(call)
+                taken.append((call,))
                 return
         _record_or_run(handle, call)
 
 
 def _kind_of(node: Any) -> str:
-    """A recorded call's node kind, in words, for a refusal to name."""
+    """A recorded call's node kind, in words, as taken work names it."""
     func = getattr(node, "func", None)
-    if func in (_device_to_device, _device_to_host):
+    if func is _run:
+        return "kernel"
+    if func is _device_to_device:
         return "copy"
+    if func is _device_to_host:
+        return "to host"
     if getattr(func, "__name__", None) == "fill":
         return "fill"
     return "host, child graph or other"
+
+
+_TAKEN_KINDS = ("kernel", "copy", "to host", "fill")
 
 
 # capture key -> the launches taken from that stream, as the recorded calls
@@ -592,8 +607,9 @@ _diverted: dict[Any, list] = {}
 
 
 def divert_launches(handle: int, early: bool = False) -> list:
-    """Every launch is taken after ``on_launch``, as the recorded call it
-    would be."""
+    """Every launch is taken after ``on_launch``, as ``(the recorded call
+    it would be,)``; a copy or fill as ``(its kind, its recorded call)``,
+    the kinds the driver takes."""
     taken: list = []
     _diverted[capture_key(handle)] = taken
     return taken
@@ -644,7 +660,19 @@ def copy_device(dst: Any, src: Any, handle: int) -> None:
     """Copy ``src`` into ``dst`` (device arrays of one size and dtype) on the
     stream, as a driver copy does (nothing for no bytes, as on the driver)."""
     if dst._ary.nbytes:
-        _record_or_run(handle, functools.partial(_device_to_device, dst._ary, src._ary))
+        _take_or_record(handle, "copy",
+                        functools.partial(_device_to_device, dst._ary, src._ary))
+
+
+def _take_or_record(handle: int, kind: str, call: Callable[[], None]) -> None:
+    """``call``, a copy or fill, listed as ``(kind, call)`` where work is
+    taken from the stream, else run or recorded."""
+    if _diverted:
+        taken = _diverted.get(capture_key(handle))
+        if taken is not None:
+            taken.append((kind, call))
+            return
+    _record_or_run(handle, call)
 
 
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
@@ -723,7 +751,7 @@ def pinned_host_array(obj: Any) -> np.ndarray | None:
 
 def copy_to_host_async(host: np.ndarray, dev: Any, handle: int) -> None:
     """Copy ``dev`` into ``host`` on the stream (recorded while it captures)."""
-    _record_or_run(handle, functools.partial(_device_to_host, host, dev._ary))
+    _take_or_record(handle, "to host", functools.partial(_device_to_host, host, dev._ary))
 
 
 def host_call(handle: int, call: Callable[[], None]) -> None:
@@ -737,7 +765,7 @@ def memset_zero(dev: Any, handle: int) -> None:
     """Zero every byte of ``dev`` on the stream (recorded while it captures;
     nothing for no bytes, as on the driver)."""
     if dev._ary.nbytes:
-        _record_or_run(handle, functools.partial(dev._ary.fill, 0))
+        _take_or_record(handle, "fill", functools.partial(dev._ary.fill, 0))
 
 
 def launch(dispatcher: FakeCUDAKernel, grid: Any, block: Any, handle: int, args: tuple,
