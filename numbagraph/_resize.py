@@ -19,14 +19,14 @@ which refuses, in words, another count, another kind, kernel or overload.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _graphmem
+from . import _graphmem, _registry
 from .backend import active as _backend
 from .capture import capture
-from .errors import DeviceNodeError
+from .errors import NumbagraphError, RebindError
 from .graph import CapturedGraph
 from .nodes import is_launch
 
@@ -84,7 +84,7 @@ def _recorded(graph: CapturedGraph) -> str:
         return ("the call made a kernel launch that numbagraph does not pack itself "
                 "(through numba's own launch: NUMBAGRAPH_FAST_LAUNCH=0, a kernel with "
                 "extensions, or an argument of a kind the fast path does not take), "
-                "or one on another stream")
+                "or one on another stream than its own")
     what = {"memset": "a fill numbagraph does not make itself",
             "memcpy": "a copy numbagraph does not make itself", "memory": "graph memory (ng.empty)",
             "host": "a host call (ng.on_host)", "conditional": "a device loop or branch",
@@ -104,13 +104,17 @@ def _keepalive(taken: list, kept: list) -> list:
     return [*launches, *(entry for entry in kept if not is_launch(entry))]
 
 
-def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dict,
-          stream: Any, handle: int, accept: Callable[[Any], None]) -> str | None:
-    """Run ``fn(*args, **kwargs)`` with its kernel launches on ``stream``
-    given to ``graph``'s nodes instead of made, once ``accept`` took the
-    function's result: None once the graph holds them, or why it cannot
-    take them, the graph unchanged. An error the function or ``accept``
-    raises propagates, the graph unchanged."""
+def rerun(graphs: Sequence[CapturedGraph], fn: Callable[..., Any], args: tuple,
+          kwargs: dict, stream: Any, handle: int,
+          accept: Callable[[Any], None]) -> tuple[int, str | None]:
+    """Run ``fn(*args, **kwargs)`` with its work on ``stream`` taken
+    instead of made, and give it to the first of ``graphs`` that takes it,
+    once ``accept`` took the function's result: ``(its position, None)``,
+    or ``(-1, why the first cannot take it)``, every graph unchanged. An
+    error ``accept`` raises, or one the function raises that is not
+    numbagraph's, propagates, the graphs unchanged; one of numbagraph's
+    (a device loop, a device node, a capture rule the run broke) is the
+    reason, and the call is captured, which raises it where it holds."""
     # Launches of device arrays and numbers alone are taken before the
     # launch checks, which pass them where no graph memory exists (none to
     # check them against) and a capture on this thread's graphed stream
@@ -120,20 +124,33 @@ def rerun(graph: CapturedGraph, fn: Callable[..., Any], args: tuple, kwargs: dic
         with capture(stream) as cap:
             taken = _backend.divert_launches(handle, early)
             try:
+                # Kept by the capture: its launches taken before the checks
+                # are what it holds, not nothing recorded.
+                session = _registry.on(handle)
+                if session is not None:
+                    session.keep(taken)
                 result = fn(*args, **kwargs)
             finally:
                 _backend.stop_diverting(handle)
-    except DeviceNodeError as exc:
-        # A device node attaches to the node its launch records, which a
-        # diverted launch does not.
-        return f"the call makes a device-updatable node ({exc})"
+    except NumbagraphError as exc:
+        return -1, f"the run that would re-size it raised {type(exc).__name__} ({exc})"
     dry = cap.graph
     try:
         if dry.num_nodes:
-            return _recorded(dry)
+            return -1, _recorded(dry)
         accept(result)
         res = dry._res
         kept, res.keepalive = res.keepalive, []
-        return graph._reparameterise(taken, _keepalive(taken, kept))
+        keepalive = _keepalive(taken, [entry for entry in kept if entry is not taken])
+        first = None
+        for i, graph in enumerate(graphs):
+            try:
+                reason = graph._reparameterise(taken, keepalive)
+            except RebindError as exc:
+                reason = str(exc)
+            if reason is None:
+                return i, None
+            first = first or reason
+        return -1, first
     finally:
         dry.close()

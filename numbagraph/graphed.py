@@ -123,9 +123,9 @@ class _Cache:
     def reset(self) -> None:
         """Forget every graph, signature and count (the lock stays)."""
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
-        # With sizes="update": each family's (``_resize.family_of``) graph
-        # taken last.
-        self.families: dict[tuple, _Entry] = {}
+        # With sizes="update": each family's (``_resize.family_of``) graphs,
+        # the latest used first.
+        self.families: dict[tuple, list[_Entry]] = {}
         self.warm: dict[tuple, int] = {}
         # The latest calls whose signatures were worked out, latest first.
         self.seen: list[_Seen] = []
@@ -138,8 +138,11 @@ class _Cache:
 
     def forget(self, entry: _Entry) -> None:
         """Drop ``entry``, closed or about to be, from the families."""
-        for family in [f for f, e in self.families.items() if e is entry]:
-            del self.families[family]
+        for family, held in list(self.families.items()):
+            if entry in held:
+                held.remove(entry)
+                if not held:
+                    del self.families[family]
 
 
 _VALUE = "value"
@@ -399,12 +402,15 @@ class GraphedFunction:
             names = [_name_of(i, len(args), keys) for i in range(len(values))]
             self._warn_if_values_change(cache.last_sig, sig, names)
             cache.last_sig = sig
-            done = cache.warm.get(sig, 0)
+            # With sizes="update", the calls of a family warm it up whatever
+            # their sizes.
+            warm = _resize.family_of(sig) if self._sizes else sig
+            done = cache.warm.get(warm, 0)
             # A run that could not re-size a graph compiled what it launches.
             if done < self._warmup and not tried:
                 if len(cache.warm) > 4 * self._max:
                     cache.warm.clear()
-                cache.warm[sig] = done + 1
+                cache.warm[warm] = done + 1
                 cache.eager += 1
                 return self._fn(*args, **kwargs)
             entry = self._capture(cache, sig, stream, args, kwargs, values, spans, names)
@@ -490,8 +496,9 @@ class GraphedFunction:
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                  values: tuple, spans: dict[int, tuple], names: list[str],
                  before: int | None = None) -> _Entry:
+        warm = _resize.family_of(sig) if self._sizes else sig
         if before is None:
-            before = cache.warm.get(sig, 0)  # the warm-up calls
+            before = cache.warm.get(warm, 0)  # the warm-up calls
         try:
             with capture(stream) as cap:
                 result = self._fn(*args, **kwargs)
@@ -508,8 +515,9 @@ class GraphedFunction:
         entry = _Entry(graph, values, spans, plan, before, sig)
         cache.entries[sig] = entry
         if self._sizes:
-            cache.families[_resize.family_of(sig)] = entry
-        cache.warm.pop(sig, None)
+            family = _resize.family_of(sig)
+            cache.families[family] = [entry, *cache.families.get(family, ())]
+        cache.warm.pop(warm, None)
         cache.captures += 1
         if len(cache.entries) > self._max:
             old_sig, old = cache.entries.popitem(last=False)
@@ -528,26 +536,31 @@ class GraphedFunction:
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                 values: tuple, spans: dict[int, tuple]) -> tuple[_Entry | None, bool]:
-        """The graph of the call's family given the call's sizes and arrays
-        by node updates, now kept under ``sig``; None, after a GraphedWarning
-        naming why, where it cannot take them (the call is captured), or
-        where the family has no graph yet; and whether the function ran."""
+        """A graph of the call's family (the latest used first) given the
+        call's sizes and arrays by node updates, now kept under ``sig``;
+        None, after a GraphedWarning naming why, where none can take them
+        (the call is captured), or where the family has no graph yet; and
+        whether the function ran."""
         family = _resize.family_of(sig)
-        entry = cache.families.get(family)
-        if entry is None or cache.entries.get(entry.sig) is not entry:
+        held = [e for e in cache.families.get(family, ()) if cache.entries.get(e.sig) is e]
+        if not held:
+            cache.families.pop(family, None)
             return None, False
         handle = self._handle if self._handle is not None else _backend.stream_handle(stream)
         plans: list = []
 
         def accept(result: Any) -> None:
-            plans.append(_result_plan(result, values, None, self._name, entry.before))
+            # The result is an argument or None: no graph memory to make it from.
+            plans.append(_result_plan(result, values, None, self._name))
 
-        reason = _resize.rerun(entry.graph, self._fn, args, kwargs, stream, handle, accept)
+        taken, reason = _resize.rerun([e.graph for e in held], self._fn, args, kwargs, stream,
+                                      handle, accept)
         if reason is None:
-            plan = plans[0]
+            entry = held[taken]
             del cache.entries[entry.sig]
-            entry.sig, entry.bound, entry.spans, entry.result = sig, values, spans, plan
+            entry.sig, entry.bound, entry.spans, entry.result = sig, values, spans, plans[0]
             cache.entries[sig] = entry
+            cache.families[family] = [entry, *(e for e in held if e is not entry)]
             cache.resizes += 1
             return entry, True
         if reason not in self._warned:
@@ -555,9 +568,9 @@ class GraphedFunction:
             warnings.warn(
                 f"{self._name}() could not give its graph this call's sizes by node "
                 f"updates, and captures it instead: {reason}. sizes='update' re-sizes "
-                "work whose kernel launches stay the same, in number and kernel, from "
-                "size to size",
-                GraphedWarning, stacklevel=5)
+                "work whose kernel launches, copies and fills stay the same, in number, "
+                "order and kernel, from size to size",
+                GraphedWarning, stacklevel=4)
         return None, True
 
     def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,

@@ -75,6 +75,7 @@ def test_sizes_up_and_down_keep_one_graph(stream, big):
         y.copy_to_device(np.zeros(64, np.float32), stream=stream)
         with warnings.catch_warnings():
             warnings.simplefilter("error", ng.GraphedWarning)
+            warnings.simplefilter("error", ng.CaptureWarning)
             out = step(x[:n], y[:n], b)
         assert out.shape == (n,)
         got = y.copy_to_host(stream=stream)
@@ -379,3 +380,39 @@ def test_a_copy_where_the_graph_launched_a_kernel_is_captured(stream, big):
                                                "kernel launch"):
         step(x[:32], y[:32])
     np.testing.assert_array_equal(y.copy_to_host(stream=stream)[:32], np.arange(32) + 1)
+
+
+def test_sizes_that_never_repeat_are_warmed_up_by_family(stream, big):
+    x, y = big
+
+    @ng.graphed(stream=stream, sizes="update")
+    def step(x, y):
+        scale[blocks(y.size), BLOCK, stream](x, y, 2.0)
+
+    for n in (3, 4, 5, 6, 7):  # the first call runs as written, the next captures
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ng.CaptureWarning)  # a re-size records no node
+            step(x[:n], y[:n])
+        np.testing.assert_array_equal(y.copy_to_host(stream=stream)[:n], 2 * (np.arange(n) + 1))
+    info = step.cache_info()
+    assert (info.eager, info.captures, info.resizes) == (1, 1, 3)
+
+
+def test_two_shapes_of_work_keep_a_graph_each(stream, big):
+    x, y = big
+
+    @ng.graphed(stream=stream, sizes="update", warmup=0)
+    def step(x, y):
+        scale[blocks(y.size), BLOCK, stream](x, y, 2.0)
+        if y.size > 16:  # a second kernel for large sizes
+            negate[blocks(y.size), BLOCK, stream](y)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ng.GraphedWarning)  # the second shape's capture
+        for n in (8, 32, 12, 40, 4, 20):
+            step(x[:n], y[:n])
+            sign = -1 if n > 16 else 1
+            np.testing.assert_array_equal(y.copy_to_host(stream=stream)[:n],
+                                          sign * 2 * (np.arange(n) + 1), err_msg=f"n={n}")
+    info = step.cache_info()
+    assert (info.captures, info.graphs, info.resizes) == (2, 2, 4)

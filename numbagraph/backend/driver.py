@@ -331,15 +331,14 @@ class Executable:
     def _reparameterise(self, launches: Sequence[Any]) -> str | None:
         return self._node_index().reparameterise(launches, self.num_nodes)
 
-    def kernel_dims(self) -> dict[int, tuple]:
-        """The dimensions its kernel nodes run with, by node handle, where
-        they may differ from its definition's (set whole since the capture);
-        empty where it runs another graph's parameters."""
+    def node_params(self) -> dict[int, Any]:
+        """The parameters its kernel, copy and fill nodes run with, by node
+        handle, where they may differ from its definition's (set since the
+        capture); empty where it runs another graph's parameters."""
         index = self._index
         if index is None or self._applied is not None:
             return {}
-        return {int(entry.node): entry.dims for entry in index.entries
-                if getattr(entry, "dims", None) is not None}
+        return {int(entry.node): entry.params for entry in index.entries}
 
     def _node_index(self) -> NodeIndex:
         if self._index is None:

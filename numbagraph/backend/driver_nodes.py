@@ -52,7 +52,7 @@ _POINTER_TYPE = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 def describe_graph(executable: Any, kernels: Sequence[Any]) -> tuple[NodeInfo, ...]:
     definition, conditionals = executable.definition()
     names = _Kernels(kernels)
-    return _Graph(conditionals, names, executable.kernel_dims()).describe(definition)
+    return _Graph(conditionals, names, executable.node_params()).describe(definition)
 
 
 class _Kernels:
@@ -150,12 +150,12 @@ class _Graph:
     and the kernels its kernel nodes may run."""
 
     def __init__(self, conditionals: dict[int, tuple], kernels: _Kernels,
-                 dims: dict[int, tuple] | None = None):
+                 params: dict[int, Any] | None = None):
         self._conditionals = conditionals
         self._kernels = kernels
-        # Kernel nodes' dimensions set on the executable since its capture,
-        # by node handle.
-        self._dims = dims or {}
+        # The parameters kernel, copy and fill nodes run with, by node
+        # handle, where set on the executable since its capture.
+        self._params = params or {}
 
     def describe(self, graph: Any) -> tuple[NodeInfo, ...]:
         nodes = graph_nodes(graph, ())
@@ -178,20 +178,25 @@ class _Graph:
         kind = _KINDS.get(kind_of, "other")
         action = _ACTIONS.get(kind_of)
         if kind == "kernel":
-            params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
-            dims = self._dims.get(int(node))
-            if dims is None:
-                dims = (params.gridDimX, params.gridDimY, params.gridDimZ, params.blockDimX,
-                        params.blockDimY, params.blockDimZ, params.sharedMemBytes)
-            return NodeInfo(kind, kernel=self._kernels.of(params), grid=_dim3(*dims[:3]),
-                            block=_dim3(*dims[3:6]), shared=int(dims[6]))
+            params = self._params.get(int(node))
+            if params is None:
+                params = check("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
+            return NodeInfo(
+                kind, kernel=self._kernels.of(params),
+                grid=_dim3(params.gridDimX, params.gridDimY, params.gridDimZ),
+                block=_dim3(params.blockDimX, params.blockDimY, params.blockDimZ),
+                shared=int(params.sharedMemBytes))
         if kind == "memset":
-            params = check("cuGraphMemsetNodeGetParams", cu.cuGraphMemsetNodeGetParams(node))
+            params = self._params.get(int(node))
+            if params is None:
+                params = check("cuGraphMemsetNodeGetParams", cu.cuGraphMemsetNodeGetParams(node))
             element = int(params.elementSize)
             return NodeInfo(kind, nbytes=element * int(params.width) * max(int(params.height), 1),
                             value=int(params.value), element_size=element)
         if kind == "memcpy":
-            params = check("cuGraphMemcpyNodeGetParams", cu.cuGraphMemcpyNodeGetParams(node))
+            params = self._params.get(int(node))
+            if params is None:
+                params = check("cuGraphMemcpyNodeGetParams", cu.cuGraphMemcpyNodeGetParams(node))
             nbytes = (int(params.WidthInBytes) * max(int(params.Height), 1)
                       * max(int(params.Depth), 1))
             source = _side(params.srcMemoryType, params.srcDevice)

@@ -109,7 +109,7 @@ class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw", "plan",
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw", "length", "plan",
                  "_words",
                  "_pointers")
 
@@ -134,11 +134,13 @@ class _Kernel:
         self.runs = (int(p.func), int(p.kern))
         # The parameters as packed bytes, and the launch plan found to run
         # this node's function with its layout.
-        self.raw = bytes(raw[:max((o + n for o, n in layout), default=0)])
+        self.length = max((o + n for o, n in layout), default=0)
+        self.raw = bytes(raw[:self.length])
         self.plan: Any = None
 
     def state(self) -> tuple:
-        return self.dims, self.raw
+        """(dims, the parameters as packed bytes), what the node runs."""
+        return self.dims, self.raw or self.buffer.raw[:self.length]
 
     def assign(self, state: tuple) -> None:
         """Hold ``(dims, raw)``: dimensions and the parameters packed in
@@ -221,7 +223,7 @@ class _Memcpy:
         p = self.params
         wanted = {"copy": ["srcDevice", "dstDevice"], "to host": ["srcDevice"]}.get(item[0])
         if wanted != self.slots or int(p.Height) > 1 or int(p.Depth) > 1:
-            return (f"the call made a {item[0]} where the graph's node {i} is another "
+            return (f"the call made {_made(item)} where the graph's node {i} is another "
                     "kind of node or copy")
         return item[2], item[1], item[3]
 
@@ -233,6 +235,8 @@ class _Memcpy:
         else:
             p.dstHost = state[1]
         p.WidthInBytes = state[2]
+        # A one-row copy's rows are as long as the row.
+        p.srcPitch = p.dstPitch = state[2]
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_memcpy(graph_exec, self.node, self.params, ctx)
@@ -271,7 +275,7 @@ class _Memset:
         p = self.params
         if (item[0] != "fill" or int(p.elementSize) != 1 or int(p.value) != item[2]
                 or int(p.height) > 1):
-            return (f"the call made a {item[0]} where the graph's node {i} is another "
+            return (f"the call made {_made(item)} where the graph's node {i} is another "
                     "kind of node or fill")
         return item[1], item[3]
 
@@ -412,7 +416,7 @@ class NodeIndex:
                 continue
             plan = item[0]
             if type(plan) is str:
-                return f"the call made a {plan} where the graph's node {i} is a kernel launch"
+                return f"the call made {_made(item)} where the graph's node {i} is a kernel launch"
             if entry.plan is not plan:
                 if not _same_function(entry.runs, plan.function):
                     return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
@@ -504,6 +508,14 @@ def _same_function(runs: tuple[int, int], function: Any) -> bool:
         return False
     handles.add(int(resolved))
     return int(resolved) in runs
+
+
+_MADE = {"copy": "a copy", "to host": "a copy into host memory", "fill": "a fill"}
+
+
+def _made(item: tuple) -> str:
+    """Taken work, in words (a kernel launch's first item is its plan)."""
+    return _MADE.get(item[0], "a kernel launch")
 
 
 def _name_of(plan: Any) -> str:

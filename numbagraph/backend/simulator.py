@@ -260,8 +260,8 @@ class Executable:
         for i, (node, kind, item) in enumerate(zip(nodes, kinds, launches)):
             made = "kernel" if len(item) == 1 else item[0]
             if made != kind:
-                return (f"the call made a {made} where the graph's node {i} is a "
-                        f"{'kernel launch' if kind == 'kernel' else kind}")
+                return (f"the call made {_WORDS[made]} where the graph's node {i} is "
+                        f"{_WORDS[kind]}")
             call = item[-1]
             if kind == "kernel" and (call.args[0] is not node.args[0] or _launch_types(
                     call.args[4]) != _launch_types(node.args[4])):
@@ -599,6 +599,8 @@ def _kind_of(node: Any) -> str:
 
 
 _TAKEN_KINDS = ("kernel", "copy", "to host", "fill")
+_WORDS = {"kernel": "a kernel launch", "copy": "a copy", "to host": "a copy into host memory",
+          "fill": "a fill"}
 
 
 # capture key -> the launches taken from that stream, as the recorded calls
