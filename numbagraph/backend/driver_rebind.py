@@ -436,18 +436,27 @@ class NodeIndex:
         return None
 
     def _set_whole(self, changes: list[tuple[Any, tuple]]) -> None:
-        before = [(entry, entry.state()) for entry, _ in changes]
         graph_exec, ctx = self.graph_exec, self.ctx
-        done = 0
+        # What each node ran, taken as it is set: kernel nodes, most of a
+        # re-sizing, are set inline.
+        before: list[tuple[Any, tuple]] = []
         try:
             for entry, state in changes:
-                entry.assign(state)
-                entry.set_on(graph_exec, ctx)
-                done += 1
+                if type(entry) is _Kernel:
+                    raw = entry.raw or entry.buffer.raw[:entry.length]
+                    before.append((entry, (entry.dims, raw)))
+                    entry.assign(state)
+                    err, = _set_kernel(graph_exec, entry.node, entry.params)
+                    if err:
+                        raise DriverError("cuGraphExecKernelNodeSetParams", err)
+                else:
+                    before.append((entry, entry.state()))
+                    entry.assign(state)
+                    entry.set_on(graph_exec, ctx)
         except DriverError as exc:
             for i, (entry, state) in enumerate(before):
                 entry.assign(state)
-                if i < done:
+                if i < len(before) - 1:  # the last was refused: nothing to set back
                     try:
                         entry.set_on(graph_exec, ctx)
                     except DriverError:  # noqa: PERF203  restore what can be restored
