@@ -798,7 +798,9 @@ class CapturedGraph:
             res = self._res
             if res.fixed is None:
                 res.fixed = _rebind.fixed_of(res.keepalive)
-            if res.fixed:
+            # Kernels reading 16 bytes at a time are chosen again by the run
+            # for its arrays' alignment; a library's nodes are not.
+            if any(not fixed.align for fixed in res.fixed):
                 return ("the graph holds work of a library (cuBLAS, NCCL) whose nodes keep "
                         "their sizes and addresses")
             if _backend.device_node_count(res.executable):
@@ -810,7 +812,7 @@ class CapturedGraph:
                 return reason
             old = res.arrays()
             res.keepalive, res.spans = keepalive, None
-            res.launches = res.operands = None
+            res.launches = res.operands = res.fixed = None
             self._nodes = None
             # The old arrays go once no capture runs, as a rebinding's do.
             res.drop(old)

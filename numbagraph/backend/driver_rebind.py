@@ -402,8 +402,8 @@ class NodeIndex:
             return ("the graph holds a node other than kernels, copies and fills (an "
                     "event, memory or library node)")
         if len(taken) != len(entries):
-            return (f"the call made {len(taken)} kernel launches, copies and fills where "
-                    f"the graph holds {len(entries)} such nodes")
+            return (f"the call made {len(taken)} kernel launches, copies and fills in all, "
+                    f"where the graph holds {len(entries)}")
         changes = []
         found = []
         for i, (entry, item) in enumerate(zip(entries, taken)):

@@ -254,8 +254,8 @@ class Executable:
             return (f"the graph holds a {other} node, and only kernel launches, copies "
                     "and fills take new sizes here")
         if len(launches) != len(nodes):
-            return (f"the call made {len(launches)} kernel launches, copies and fills where "
-                    f"the graph holds {len(nodes)} such nodes")
+            return (f"the call made {len(launches)} kernel launches, copies and fills in all, "
+                    f"where the graph holds {len(nodes)}")
         calls = []
         for i, (node, kind, item) in enumerate(zip(nodes, kinds, launches)):
             made = "kernel" if len(item) == 1 else item[0]
