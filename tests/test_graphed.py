@@ -212,6 +212,7 @@ def test_without_a_stream_each_call_names_one_and_gets_its_own_cache(buffers, tw
     s1, s2 = cuda.stream(), cuda.stream()
     x = dev(np.full(8, 8.0), s1)
     step(x, stream=s1)
+    s1.synchronize()  # the two streams are not ordered with each other
     step(x, stream=s2)
     s2.synchronize()
     np.testing.assert_array_equal(host(x, s1), np.full(8, 2.0))

@@ -264,11 +264,19 @@ def reduction(name, length=N, steps=TAKES + ((1, RESIZE),), scalar=False):
                 steps, EXACT if dtype == np.int64 else dict(F32_SUM))
 
 
+def rows_for(steps):
+    """Rows enough for the largest size among ``steps`` (on a GPU, the
+    sizes where an op changes its kernels are larger than N)."""
+    return max(N, *(n for n, _ in steps))
+
+
 def row_reduction(name, cols=C, steps=ROWS):
     """``name`` of each row of ``x[:n, :]`` into ``out[:n]``."""
     ref = REDUCE[name]
     dtype = np.int64 if name.startswith("arg") else np.float32
-    buffers = {"x": host((N, cols)), "y": host((N, cols), seed=6), "out": sentinel(N, dtype)}
+    rows = rows_for(steps)
+    buffers = {"x": host((rows, cols)), "y": host((rows, cols), seed=6),
+               "out": sentinel(rows, dtype)}
     two = name == "dot"
 
     def args(d, n):
@@ -340,8 +348,9 @@ def matvec_rows(together):
 
 def matvec(dtype, cols, steps):
     tol = F64 if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
-    return Case(ng.matvec_into, {"a": host((N, cols), dtype), "x": host(cols, dtype, seed=8),
-                                 "out": sentinel(N, dtype)},
+    rows = rows_for(steps)
+    return Case(ng.matvec_into, {"a": host((rows, cols), dtype), "x": host(cols, dtype, seed=8),
+                                 "out": sentinel(rows, dtype)},
                 lambda d, n: (d["a"][:n, :], d["x"], d["out"][:n]),
                 lambda h, n: prefix(h["out"], n, wide(h["a"][:n]) @ wide(h["x"])),
                 steps, tol)
@@ -617,17 +626,19 @@ def test_row_reduction_split_without_scratch_captures(stream, fresh_scratch):
     # the capture as graph memory.
     assert _reduce.row_parts(2, SPLIT_COLS, _reduce_kernels.ADDITIVE_UNROLL) == 2
     assert _reduce.row_parts(MANY_ROWS, SPLIT_COLS, _reduce_kernels.ADDITIVE_UNROLL) == 1
-    case = row_reduction("sum", cols=SPLIT_COLS)
-    run_steps(case, stream, ((MANY_ROWS, EAGER), (MANY_ROWS, CAPTURE), (2, MEMORY),
-                             (3, CAPTURE), (MANY_ROWS + 1, RESIZE)))
+    case = row_reduction("sum", cols=SPLIT_COLS, steps=(
+        (MANY_ROWS, EAGER), (MANY_ROWS, CAPTURE), (2, MEMORY), (3, CAPTURE),
+        (MANY_ROWS + 1, RESIZE)))
+    run_steps(case, stream)
 
 
 def test_row_reduction_split_with_scratch(stream, fresh_scratch):
     # The warm-up, run as written with few rows, makes the scratch.
     assert _reduce.row_parts(3, SPLIT_COLS, _reduce_kernels.EXTREME_UNROLL) == 2
-    case = row_reduction("argmax", cols=SPLIT_COLS)
-    run_steps(case, stream, ((2, EAGER), (2, CAPTURE), (3, RESIZE),
-                             (MANY_ROWS, launched(1, 2)), (MANY_ROWS + 1, RESIZE), (2, RESIZE)))
+    case = row_reduction("argmax", cols=SPLIT_COLS, steps=(
+        (2, EAGER), (2, CAPTURE), (3, RESIZE), (MANY_ROWS, launched(1, 2)),
+        (MANY_ROWS + 1, RESIZE), (2, RESIZE)))
+    run_steps(case, stream)
 
 
 # ------------------------------------------------------------ what the warnings say
