@@ -417,3 +417,44 @@ def test_two_shapes_of_work_keep_a_graph_each(stream, big):
                                           sign * 2 * (np.arange(n) + 1), err_msg=f"n={n}")
     info = step.cache_info()
     assert (info.captures, info.graphs, info.resizes) == (2, 2, 4)
+
+
+def test_threads_re_size_their_own_streams_side_by_side():
+    # each thread's stream has its own cache and its own taken work: a
+    # re-size on one never takes another thread's launches
+    import threading
+
+    errors = []
+
+    def work(seed, s, x, y):
+        try:
+
+            @ng.graphed(stream=s, sizes="update")
+            def step(x, y):
+                scale[blocks(y.size), BLOCK, s](x, y, 2.0)
+
+            rng = np.random.default_rng(seed)
+            for n in [8, 8, *rng.integers(1, 64, 6)]:
+                n = int(n)
+                y.copy_to_device(np.zeros(64, np.float32), stream=s)
+                step(x[:n], y[:n])
+                got = y.copy_to_host(stream=s)
+                want = np.zeros(64, np.float32)
+                want[:n] = 2 * (np.arange(n) + seed)
+                np.testing.assert_array_equal(got, want, err_msg=f"thread {seed}, n={n}")
+            assert step.cache_info().captures == 1
+        except BaseException as exc:  # noqa: BLE001  reported by the main thread
+            errors.append(exc)
+
+    # streams and arrays made here: while a kernel of this module runs, the
+    # simulator puts its own module in place of this module's `cuda`
+    made = []
+    for k in range(4):
+        s = cuda.stream()
+        made.append((k, s, dev(np.arange(64) + k, s), dev(np.zeros(64), s)))
+    threads = [threading.Thread(target=work, args=args) for args in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
