@@ -45,7 +45,7 @@ class Session:
     __slots__ = (
         "stream", "handle", "key", "mode", "recording", "keepalive", "thread",
         "_joins_legacy", "failure", "events", "restarts", "ending", "memory", "block", "forks",
-        "blas", "device", "begun_at",
+        "blas", "device", "begun_at", "instantiate",
     )
 
     def __init__(self, stream: Any, handle: int, mode: str):
@@ -87,6 +87,9 @@ class Session:
         # The cuBLAS workspaces its graph owns, by capture key of the stream
         # that uses each (numbagraph.ops._blas); made at its first cuBLAS call.
         self.blas: dict | None = None
+        # Whether its graph is instantiated as it ends (else at first use): a
+        # run that re-sizes another graph ends with a graph never launched.
+        self.instantiate = True
         # Asked before the capture begins: asked of a capturing stream, the
         # driver would invalidate its capture.
         self._joins_legacy: bool | None = _backend.joins_legacy_stream(handle)

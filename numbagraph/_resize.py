@@ -129,6 +129,7 @@ def rerun(graphs: Sequence[CapturedGraph], fn: Callable[..., Any], args: tuple,
                 session = _registry.on(handle)
                 if session is not None:
                     session.keep(taken)
+                    session.instantiate = False  # its graph is never launched
                 result = fn(*args, **kwargs)
             finally:
                 _backend.stop_diverting(handle)

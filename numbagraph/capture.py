@@ -330,7 +330,7 @@ def end_capture(stream: Any) -> CapturedGraph:
             # CUDA refuses to instantiate while another capture is active;
             # the graph then instantiates on first use.
             executable = session.recording.finish(
-                instantiate=len(_registry.active()) == 1)
+                instantiate=session.instantiate and len(_registry.active()) == 1)
             if session.memory is not None:
                 session.memory.phase = _graphmem.CAPTURED
         except Exception as exc:
