@@ -232,11 +232,10 @@ def test_rebinding_fixed_part_is_judged_in_microseconds(fixed, verdict):
     assert target.check({"graphed": suite})["verdict"] == verdict
 
 
-def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeypatch):
-    real = ng.graphed
+def _stale(real):
+    """``ng.graphed`` made to keep calling with the first arrays it saw."""
 
     def stale(fn, **options):
-        """A graphed function that keeps calling with the first arrays it saw."""
         f, first = real(fn, **options), []
 
         def call(*args):
@@ -246,7 +245,11 @@ def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeyp
         call.cache_info, call.clear = f.cache_info, f.clear
         return call
 
-    monkeypatch.setattr(ng, "graphed", stale)
+    return stale
+
+
+def test_graphed_suite_fails_a_call_that_ran_on_the_old_arrays(tmp_path, monkeypatch):
+    monkeypatch.setattr(ng, "graphed", _stale(ng.graphed))
     assert main(["--quick", "--suites", "graphed", "--out", str(tmp_path)]) == 1
     suite = json.loads((tmp_path / "results.json").read_text())["suites"]["graphed"]
     why = dict(suite["skipped"])[graphed.PEER]
@@ -368,20 +371,7 @@ def test_a_target_whose_reference_measured_zero_is_not_judged():
 
 
 def test_sizes_suite_fails_a_call_that_kept_the_old_size(tmp_path, monkeypatch):
-    real = ng.graphed
-
-    def stale(fn, **options):
-        """A graphed function that keeps calling with the first arrays it saw."""
-        f, first = real(fn, **options), []
-
-        def call(*args):
-            first[:] = first or [args]
-            return f(*first[0])
-
-        call.cache_info, call.clear = f.cache_info, f.clear
-        return call
-
-    monkeypatch.setattr(ng, "graphed", stale)
+    monkeypatch.setattr(ng, "graphed", _stale(ng.graphed))
     assert main(["--quick", "--suites", "sizes", "--out", str(tmp_path)]) == 1
     suite = json.loads((tmp_path / "results.json").read_text())["suites"]["sizes"]
     why = dict(suite["skipped"])[sizes.UPDATE]
