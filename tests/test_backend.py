@@ -11,7 +11,7 @@ from numbagraph.backend import active, interface
 BACKEND_DIR = pathlib.Path(interface.__file__).parent
 BACKENDS = {
     "cuda": ("driver", "driver_conditional", "driver_ops", "driver_memory", "driver_launch",
-             "driver_host"),
+             "driver_host", "driver_divert"),
     "simulator": ("simulator", "simulator_conditional", "simulator_ops", "simulator_memory"),
 }
 # Each backend's reading of a captured graph's nodes.

@@ -109,9 +109,11 @@ if _numba_config.ENABLE_CUDASIM:
     _modules: tuple = (simulator, simulator_conditional, simulator_ops, simulator_memory)
 else:
     from . import (
-        driver, driver_conditional, driver_host, driver_launch, driver_memory, driver_ops,
+        driver, driver_conditional, driver_divert, driver_host, driver_launch, driver_memory,
+        driver_ops,
     )
-    _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch, driver_host)
+    _modules = (driver, driver_conditional, driver_ops, driver_memory, driver_launch, driver_host,
+                driver_divert)
 
 # Each backend's reading of a captured graph's nodes.
 if _numba_config.ENABLE_CUDASIM:

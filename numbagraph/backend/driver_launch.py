@@ -45,7 +45,7 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _driver
 
 from ._streams import capture_key, stream_handle
-from .driver_divert import Taken, diverted as _diverted, divert_launches, stop_diverting  # noqa: F401
+from .driver_divert import Taken, diverted as _diverted
 from .driver import _context_key
 from .driver import argument_types
 from ._arguments import untyped_launch
