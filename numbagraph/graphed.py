@@ -542,9 +542,10 @@ class GraphedFunction:
         (the call is captured), or where the family has no graph yet; and
         whether the function ran."""
         family = _resize.family_of(sig)
-        held = [e for e in cache.families.get(family, ()) if cache.entries.get(e.sig) is e]
+        # Every graph a family lists is in the cache: one leaves both at once
+        # (Cache.forget).
+        held = cache.families.get(family)
         if not held:
-            cache.families.pop(family, None)
             return None, False
         handle = self._handle if self._handle is not None else _backend.stream_handle(stream)
         plans: list = []
