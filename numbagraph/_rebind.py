@@ -19,6 +19,7 @@ from .backend.interface import Move
 from .errors import RebindError
 
 __all__ = ["moves_for", "pairs_of", "device_array_of", "spans_of", "rebind_spans", "check_held",
+           "Transition", "transition_of", "redo_transition",
            "Fixed", "FixedNodesError", "fixed_of", "check_fixed", "shift_fixed",
            "Operands", "OperandsError", "operands_of", "check_operands", "shift_operands"]
 
@@ -179,6 +180,61 @@ def rebind_spans(held: list[tuple[list, int]], keepalive: list,
                     replaced.append(value)
                     keepalive[i] = new
                     break
+    return replaced
+
+
+class Transition:
+    """A rebinding kept to be made again, from the same arrays to the same
+    arrays, at the cost of the driver's calls alone: what it did to the
+    graph's nodes (the backend's ``plan.change``) and where it left the
+    graph's spans, recorded scalars, aligned entries and op rules. Valid
+    while the graph's ``epoch`` is the one it was made in (nothing but
+    rebindings changed the graph since). It holds no array: the new ones
+    are given again, by the index of their pair, when it is made again."""
+
+    __slots__ = ("epoch", "change", "spans", "scalars", "places")
+
+    def __init__(self, epoch: int, change: Any, spans: list[tuple[list, int, int, int]],
+                 scalars: list[tuple[int, int]], places: list[tuple[list, int, int]]):
+        self.epoch, self.change = epoch, change
+        self.spans = spans        # (span, start, end, index of the pair it now holds)
+        self.scalars = scalars    # (index in keepalive, index of the pair it now holds)
+        self.places = places      # ([start, end] of a Fixed or Operands entry, start, end)
+
+
+def transition_of(epoch: int, change: Any, held: list[tuple[list, int]], keepalive: list,
+                  pairs: list[tuple[Any, Any]], fixed: list[Fixed] | None,
+                  operands: list[Operands] | None) -> Transition:
+    """The :class:`Transition` of a rebinding just made: ``held`` from
+    :func:`check_held`, the spans now where it put them."""
+    wrappers = _registry.device_wrappers
+    scalars = []
+    if any(type(old) in wrappers for old, _ in pairs):
+        for k, value in enumerate(keepalive):
+            for i, (old, new) in enumerate(pairs):
+                if value is new and type(old) in wrappers:
+                    scalars.append((k, i))
+                    break
+    places = [(where, where[0], where[1])
+              for entry in (*(e for e in fixed or () if e.align), *(operands or ()))
+              for where in entry.spans]
+    return Transition(epoch, change, [(span, span[0], span[1], i) for span, i in held],
+                      scalars, places)
+
+
+def redo_transition(transition: Transition, keepalive: list,
+                    pairs: list[tuple[Any, Any]]) -> list:
+    """Put the spans, scalars and places where ``transition`` left them,
+    each holding the new object of its pair; returns the objects let go."""
+    replaced = []
+    for span, start, end, i in transition.spans:
+        replaced.append(span[2])
+        span[0], span[1], span[2] = start, end, pairs[i][1]
+    for k, i in transition.scalars:
+        replaced.append(keepalive[k])
+        keepalive[k] = pairs[i][1]
+    for where, start, end in transition.places:
+        where[0], where[1] = start, end
     return replaced
 
 

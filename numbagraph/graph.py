@@ -33,7 +33,7 @@ class _Resources:
     graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
-                 "operands", "device", "lock", "source", "runners", "retired")
+                 "operands", "device", "lock", "source", "runners", "retired", "epoch")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
@@ -53,6 +53,10 @@ class _Resources:
         # of them (updated again, closed or dropped).
         self.runners = 0
         self.retired: Any = None
+        # Moves on whenever the graph changes other than by a graphed
+        # function's rebindings: the _rebind.Transitions kept before no
+        # longer apply.
+        self.epoch = 0
         # The ordinal of the graph's device, on which its memory is freed.
         self.device = device
         self.keepalive = keepalive
@@ -636,6 +640,7 @@ class CapturedGraph:
         # The graph now runs other's arguments, and only those; the old ones
         # are dropped as a closed graph's are, once no capture runs.
         superseded = self._res.arrays()
+        self._res.epoch += 1
         self._res.keepalive = list(other._res.keepalive)
         self._res.launches, self._nodes = other._res.launches, None
         # other's Fixed entries where other's rebinding put them, as copies.
@@ -717,8 +722,41 @@ class CapturedGraph:
         use are let through (a graphed function's unused arguments)."""
         self._move(pairs, _rebind.moves_for(pairs), strict)
 
-    def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool) -> None:
-        """Make ``moves``, checked already, one per pair of ``pairs``."""
+    def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
+              record: bool = False) -> _rebind.Transition | None:
+        """Make ``moves``, checked already, one per pair of ``pairs``; with
+        ``record`` (a graphed function's rebinding), return the
+        :class:`~numbagraph._rebind.Transition` that makes it again, or None
+        where the graph's device nodes need it made whole each time."""
+        self._refuse_rebinding_here()
+        if not moves:
+            self._executable()
+            return None
+        with _Held(self._res):
+            return self._make_moves(pairs, moves, strict, record)
+
+    def _redo(self, transition: _rebind.Transition, pairs: list[tuple[Any, Any]],
+              targets: list[Any]) -> bool:
+        """Make ``transition`` again with ``pairs``, the same objects as the
+        rebinding it was made by (``targets``: their device arrays); False,
+        changing nothing, where the graph changed otherwise since."""
+        self._refuse_rebinding_here()
+        res = self._res
+        with _Held(res):
+            self._executable()
+            if res.epoch != transition.epoch:
+                return False
+            try:
+                if not res.executable.redo_rebind(transition.change, targets):
+                    return False
+            except Exception as exc:
+                raise RebindError(
+                    f"rebind: the driver refused to change the graph's nodes ({exc}); the "
+                    "graph is unchanged. Capture the work again with the new arrays") from exc
+            res.drop(_rebind.redo_transition(transition, res.keepalive, pairs))
+            return True
+
+    def _refuse_rebinding_here(self) -> None:
         if _host_attention[0]:
             _hostcalls.refuse_here("graph.rebind()")
         if _captures:
@@ -728,13 +766,9 @@ class CapturedGraph:
                     f"graph.rebind() while this thread captures on {mine[0].stream!r}: "
                     "a rebinding is not recorded into a capture, it changes the graph "
                     "at once. Rebind before the capture begins or after it ends")
-        if not moves:
-            self._executable()
-            return
-        with _Held(self._res):
-            self._make_moves(pairs, moves, strict)
 
-    def _make_moves(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool) -> None:
+    def _make_moves(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
+                    record: bool) -> _rebind.Transition | None:
         """``_move`` once the graph's lock is held: a graph closed meanwhile
         raises GraphClosedError here, before the driver is asked anything."""
         self._executable()
@@ -770,7 +804,8 @@ class CapturedGraph:
             res.operands = _rebind.operands_of(res.keepalive)
         if res.operands:
             _rebind.check_operands(res.operands, moves)
-        if res.launched and _backend.device_node_count(res.executable):
+        device_nodes = _backend.device_node_count(res.executable)
+        if res.launched and device_nodes:
             # CUDA leaves a node's host update undefined while a kernel may be
             # updating it from the device: the graph's launches end first.
             _wait_for(tuple(res.launched))
@@ -786,6 +821,13 @@ class CapturedGraph:
             _rebind.shift_operands(res.operands, moves)
         # The old arrays go once no capture runs, as a closed graph's do.
         res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
+        if not record:
+            res.epoch += 1
+            return None
+        if device_nodes:
+            return None
+        return _rebind.transition_of(res.epoch, plan.change, held, res.keepalive, pairs,
+                                     res.fixed, res.operands)
 
     def _reparameterise(self, launches: list, keepalive: list) -> str | None:
         """Give the graph's kernel, copy and fill nodes ``launches`` (the
@@ -811,6 +853,7 @@ class CapturedGraph:
             if reason is not None:
                 return reason
             old = res.arrays()
+            res.epoch += 1
             res.keepalive, res.spans = keepalive, None
             res.launches = res.operands = res.fixed = None
             self._nodes = None

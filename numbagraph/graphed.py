@@ -27,7 +27,8 @@ from ._registry import sessions as _captures
 from .backend import active as _backend
 from .backend.interface import Move
 from .capture import capture
-from .errors import AllocationInCaptureError, GraphedError, GraphedWarning, GraphMemoryError
+from .errors import (AllocationInCaptureError, GraphedError, GraphedWarning, GraphMemoryError,
+                     RebindError)
 from .graph import CapturedGraph
 from .scalar import DeviceScalar
 
@@ -64,10 +65,11 @@ class _Entry:
     """One captured signature: its graph, the values it holds now (by
     position among the call's values) and how to build the result."""
 
-    __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig")
+    __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig", "seen",
+                 "transitions")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
-                 result: _Result, before: int = 0, sig: tuple = ()):
+                 result: _Result, before: int = 0, sig: tuple = (), seen: _Seen | None = None):
         self.graph, self.launch, self.result = graph, graph.launch, result
         # The signature it is kept under now.
         self.sig = sig
@@ -77,6 +79,17 @@ class _Entry:
         # Position -> (pointer, start, end, device array) of each distinct
         # array bound now.
         self.spans = spans
+        # The _Seen of the values bound now, where they are of fixed memory.
+        self.seen = seen
+        # (the _Seen bound before, the _Seen bound after) -> (the positions
+        # whose arrays changed, the graph's Transition) of the rebindings
+        # made between them: a call bringing back arrays seen before makes
+        # the same one again at the driver's cost.
+        self.transitions: dict[tuple, tuple[tuple[int, ...], Any]] = {}
+
+    def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
+        """Hold ``values`` as those the graph is bound to now."""
+        self.bound, self.spans, self.seen = values, spans, seen
 
 
 class _Seen:
@@ -260,6 +273,9 @@ _FIXED = frozenset((*_backend.DEVICE_ARRAY_TYPES, DeviceScalar))
 # Calls remembered per stream: enough for arrays that take turns (a ping-
 # pong, a rotation of a few buffers).
 _SEEN = 4
+# Rebindings an entry keeps to make again (_Entry.transitions); past that,
+# it forgets them all.
+_TRANSITIONS = 16
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
@@ -386,13 +402,13 @@ class GraphedFunction:
               values: tuple) -> Any:
         if _graphmem.held[0]:
             _refuse_graph_memory(values, lambda i: _name_of(i, len(args), keys), self._name)
-        sig, spans = self._signature(cache, values, len(args), keys)
+        sig, spans, seen = self._signature(cache, values, len(args), keys)
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
         tried = False
         if entry is None and self._sizes:
-            entry, tried = self._resize(cache, sig, stream, args, kwargs, values, spans)
+            entry, tried = self._resize(cache, sig, stream, args, kwargs, values, spans, seen)
             if entry is not None:
                 entry.graph.launch()
                 cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
@@ -413,44 +429,70 @@ class GraphedFunction:
                 cache.warm[warm] = done + 1
                 cache.eager += 1
                 return self._fn(*args, **kwargs)
-            entry = self._capture(cache, sig, stream, args, kwargs, values, spans, names)
+            entry = self._capture(cache, sig, stream, args, kwargs, values, spans, seen, names)
         else:
             cache.entries.move_to_end(sig)
-            # Same signature: same layouts and sharing, so each array moves
-            # as a whole to the one in its place.
-            pairs, moves = [], []
-            bound = entry.bound
-            for i, (ptr, start, end, _) in entry.spans.items():
-                old, new = bound[i], values[i]
-                if old is not new:
-                    new_span = spans[i]
-                    pairs.append((old, new))
-                    moves.append(Move(start, end, new_span[0] - ptr, new_span[3]))
-            if moves:
-                try:
-                    entry.graph._move(pairs, moves, strict=False)
-                except (FixedNodesError, OperandsError) as exc:
-                    # An op refusing these arrays refuses them as the capture records it.
-                    entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
-                                                keys, values, spans,
-                                                cublas=isinstance(exc, FixedNodesError))
-                else:
-                    entry.bound = values
-                    entry.spans = spans
-                    cache.rebinds += 1
-                    cache.hits += 1
-            else:
+            refused = self._rebind(cache, entry, values, spans, seen)
+            if refused is None:
                 cache.hits += 1
+            else:
+                # An op refusing these arrays refuses them as the capture records it.
+                entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
+                                            keys, values, spans, seen,
+                                            cublas=isinstance(refused, FixedNodesError))
         entry.graph.launch()
         cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
         cache.last_keys = keys
         return _result_of(entry.result, values)
 
     @staticmethod
+    def _rebind(cache: _Cache, entry: _Entry, values: tuple, spans: dict[int, tuple],
+                seen: _Seen | None) -> RebindError | None:
+        """Bind ``entry``'s graph to the call's arrays, of its signature; or,
+        the graph unchanged, the error of an op that refuses them (the call
+        is captured instead)."""
+        bound = entry.bound
+        key = (entry.seen, seen)
+        known = entry.transitions.get(key) if seen is not None else None
+        if known is not None:
+            positions, transition = known
+            pairs = [(bound[i], values[i]) for i in positions]
+            if entry.graph._redo(transition, pairs, [spans[i][3] for i in positions]):
+                entry.bind(values, spans, seen)
+                cache.rebinds += 1
+                return None
+            entry.transitions.clear()  # the graph changed otherwise since
+        # Same signature: same layouts and sharing, so each array moves as a
+        # whole to the one in its place.
+        positions, pairs, moves = [], [], []
+        for i, (ptr, start, end, _) in entry.spans.items():
+            old, new = bound[i], values[i]
+            if old is not new:
+                new_span = spans[i]
+                positions.append(i)
+                pairs.append((old, new))
+                moves.append(Move(start, end, new_span[0] - ptr, new_span[3]))
+        if not moves:
+            entry.bind(values, spans, seen)
+            return None
+        try:
+            transition = entry.graph._move(pairs, moves, strict=False, record=True)
+        except (FixedNodesError, OperandsError) as exc:
+            return exc
+        if transition is not None and seen is not None and entry.seen is not None:
+            if len(entry.transitions) >= _TRANSITIONS:
+                entry.transitions.clear()
+            entry.transitions[key] = (tuple(positions), transition)
+        entry.bind(values, spans, seen)
+        cache.rebinds += 1
+        return None
+
+    @staticmethod
     def _signature(cache: _Cache, values: tuple, nargs: int,
-                   keys: tuple) -> tuple[tuple, dict[int, tuple]]:
-        """A call's signature, and ``(pointer, start, end, device array)`` of
-        each distinct array by its first position. The signature ends with
+                   keys: tuple) -> tuple[tuple, dict[int, tuple], _Seen | None]:
+        """A call's signature, ``(pointer, start, end, device array)`` of
+        each distinct array by its first position, and the :class:`_Seen`
+        that knows these values (None where their memory may change). The signature ends with
         the keywords and which array arguments are the same object (the
         graph was recorded with them shared). Distinct arrays that share
         memory are refused: a rebinding moves each array's memory alone.
@@ -461,7 +503,7 @@ class GraphedFunction:
         for seen in cache.seen:
             spans = seen.spans_of(values, keys)
             if spans is not None:
-                return seen.sig, spans
+                return seen.sig, spans, seen
         sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
         first: dict[int, int] = {}
         spans = {}
@@ -488,13 +530,15 @@ class GraphedFunction:
                         "its own. Pass the array once and take its views inside the "
                         "function")
         sig += (keys, tuple(shared))
-        if fixed:
-            cache.seen.insert(0, _Seen(values, keys, sig, spans))
-            del cache.seen[_SEEN:]
-        return sig, spans
+        if not fixed:
+            return sig, spans, None
+        made = _Seen(values, keys, sig, spans)
+        cache.seen.insert(0, made)
+        del cache.seen[_SEEN:]
+        return sig, spans, made
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
-                 values: tuple, spans: dict[int, tuple], names: list[str],
+                 values: tuple, spans: dict[int, tuple], seen: _Seen | None, names: list[str],
                  before: int | None = None) -> _Entry:
         warm = _resize.family_of(sig) if self._sizes else sig
         if before is None:
@@ -512,7 +556,7 @@ class GraphedFunction:
         except GraphedError:
             graph.close()
             raise
-        entry = _Entry(graph, values, spans, plan, before, sig)
+        entry = _Entry(graph, values, spans, plan, before, sig, seen)
         cache.entries[sig] = entry
         if self._sizes:
             family = _resize.family_of(sig)
@@ -535,7 +579,8 @@ class GraphedFunction:
         return entry
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
-                values: tuple, spans: dict[int, tuple]) -> tuple[_Entry | None, bool]:
+                values: tuple, spans: dict[int, tuple],
+                seen: _Seen | None) -> tuple[_Entry | None, bool]:
         """A graph of the call's family (the latest used first) given the
         call's sizes and arrays by node updates, now kept under ``sig``;
         None, after a GraphedWarning naming why, where none can take them
@@ -559,7 +604,9 @@ class GraphedFunction:
         if reason is None:
             entry = held[taken]
             del cache.entries[entry.sig]
-            entry.sig, entry.bound, entry.spans, entry.result = sig, values, spans, plans[0]
+            entry.sig, entry.result = sig, plans[0]
+            entry.bind(values, spans, seen)
+            entry.transitions.clear()  # made for other sizes
             cache.entries[sig] = entry
             cache.families[family] = [entry, *(e for e in held if e is not entry)]
             cache.resizes += 1
@@ -576,7 +623,8 @@ class GraphedFunction:
 
     def _capture_again(self, cache: _Cache, sig: tuple, entry: _Entry, stream: Any,
                        args: tuple, kwargs: dict, keys: tuple, values: tuple,
-                       spans: dict[int, tuple], cublas: bool = True) -> _Entry:
+                       spans: dict[int, tuple], seen: _Seen | None,
+                       cublas: bool = True) -> _Entry:
         """Capture the signature of ``entry`` again, for a call whose arrays
         the graph cannot be rebound to: cuBLAS's kernels hold the addresses
         of the arrays they were given (numbagraph.ops._blas), or, without
@@ -596,7 +644,8 @@ class GraphedFunction:
                 "kernel, which rebinds: ng.set_matmul_backend('numba')",
                 GraphedWarning, stacklevel=4)
         names = [_name_of(i, len(args), keys) for i in range(len(values))]
-        return self._capture(cache, sig, stream, args, kwargs, values, spans, names, before)
+        return self._capture(cache, sig, stream, args, kwargs, values, spans, seen, names,
+                             before)
 
     def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
         for name, a, b in zip(names, old, new):

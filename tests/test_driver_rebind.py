@@ -34,12 +34,13 @@ def kernel(*values, refuse=False):
     return entry
 
 
-class Index:
-    """What a plan reads of a NodeIndex."""
+class Index(driver_rebind.NodeIndex):
+    """A NodeIndex of the entries given, read from no graph."""
 
     def __init__(self, *entries):
         self.entries = list(entries)
-        self.holders = driver_rebind._holders(self.entries)
+        self._holders = None
+        self.generation = 0
         self.graph_exec = self.ctx = None
 
 
@@ -62,7 +63,7 @@ def test_a_kernel_entry_holds_its_parameters_and_points_the_node_at_them():
 def test_a_plan_moves_every_holder_of_a_value_once_and_marks_what_it_used():
     a, b = kernel(1000, 5000), kernel(1004, 1000)
     index = Index(a, b)
-    plan = driver_rebind._Plan(index, [Move(1000, 1008, 500, None), Move(9000, 9008, 1, None)])
+    plan = index.plan([Move(1000, 1008, 500, None), Move(9000, 9008, 1, None)])
     assert plan.used == [True, False]
     plan.apply()
     assert values(a) == [1500, 5000] and values(b) == [1504, 1500]
@@ -89,6 +90,53 @@ def test_a_refused_node_update_sets_every_node_back():
     assert values(a) == [1000] and values(b) == [1000]
     assert a.sets == 2                  # set once, then set back
     assert sorted(index.holders) == [1000]
+
+
+def test_a_change_made_again_sets_the_nodes_it_changed_to_where_it_left_them():
+    a, b, c = kernel(1000, 5000), kernel(1004, 7000), kernel(5000)
+    index = Index(a, b, c)
+    there = index.plan([Move(1000, 1008, 500, None)])
+    there.apply()
+    back = index.plan([Move(1500, 1508, -500, None)])
+    back.apply()
+    assert values(a) == [1000, 5000] and values(b) == [1004, 7000]
+    for _ in range(3):
+        assert index.redo(there.change)
+        assert values(a) == [1500, 5000] and values(b) == [1504, 7000] and values(c) == [5000]
+        assert sorted(index.holders) == [1500, 1504, 5000, 7000]
+        assert index.redo(back.change)
+        assert values(a) == [1000, 5000] and values(b) == [1004, 7000]
+        assert sorted(index.holders) == [1000, 1004, 5000, 7000]
+    assert (a.sets, b.sets, c.sets if hasattr(c, "sets") else 0) == (8, 8, 0)
+    # The holders a change leaves are its own: later plans make new ones.
+    assert there.change.holders is not back.change.holders
+    assert sorted(there.change.holders) == [1500, 1504, 5000, 7000]
+
+
+def test_a_change_no_longer_applies_once_nodes_were_set_otherwise():
+    a = kernel(1000)
+    index = Index(a)
+    plan = index.plan([Move(1000, 1008, 8, None)])
+    plan.apply()
+    index.generation += 1        # as setting nodes whole (new sizes) does
+    assert not index.redo(plan.change)
+    assert not Index(kernel(1000)).redo(plan.change)
+    assert values(a) == [1008] and a.sets == 1
+
+
+def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
+    a, b = kernel(1000), kernel(1000, 3000)
+    index = Index(a, b)
+    plan = index.plan([Move(1000, 1008, 8, None)])
+    plan.apply()
+    index.plan([Move(1008, 1016, -8, None)]).apply()
+    holders = index.holders
+    b.refuse = True
+    with pytest.raises(driver_base.DriverError):
+        index.redo(plan.change)
+    assert values(a) == [1000] and values(b) == [1000, 3000]
+    assert a.sets == 4                  # twice by plans, then set and set back
+    assert index.holders is holders
 
 
 def test_a_packed_parameter_buffer_is_found_in_extra():

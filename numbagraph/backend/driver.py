@@ -320,6 +320,16 @@ class Executable:
             self.device_nodes.due = True  # an update from the host: upload again
         return self._node_index().plan(moves)
 
+    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+        """Make the change a rebinding's plan made (``plan.change``) again;
+        False, changing nothing, where the nodes were set otherwise since."""
+        index = self._index
+        if index is None or change.index is not index:
+            return False
+        if self.device_nodes is not None:
+            self.device_nodes.due = True
+        return in_context(self._ctx, index.redo, change)
+
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         """Give each kernel, copy and fill node the work at its place among
         ``launches`` (``driver_divert.Taken``, in the order the capture made

@@ -20,7 +20,7 @@ from ..errors import RebindError
 from .driver_base import DriverError, check, in_context
 from .interface import Move
 
-__all__ = ["NodeIndex", "graph_nodes"]
+__all__ = ["Change", "NodeIndex", "graph_nodes"]
 
 _TYPES = cu.CUgraphNodeType
 _KERNEL = _TYPES.CU_GRAPH_NODE_TYPE_KERNEL
@@ -180,6 +180,19 @@ class _Kernel:
         self._words[slot] = value
         self.raw = b""  # known again once assigned whole
 
+    def pointers(self) -> bytes:
+        """The parameters as packed bytes, what :meth:`put` takes back."""
+        raw = self.raw
+        if not raw:
+            raw = self.raw = self.buffer.raw[:self.length]
+        return raw
+
+    def put(self, raw: bytes) -> None:
+        """Hold the parameters ``raw`` (from :meth:`pointers`), the
+        dimensions unchanged."""
+        ctypes.memmove(self.buffer, raw, len(raw))
+        self.raw = raw
+
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_kernel(graph_exec, self.node, self.params)
         if err:
@@ -209,6 +222,13 @@ class _Memcpy:
 
     def write(self, slot: str, value: int) -> None:
         setattr(self.params, slot, cu.CUdeviceptr(value))
+
+    def pointers(self) -> tuple:
+        return tuple([int(getattr(self.params, slot)) for slot in self.slots])
+
+    def put(self, values: tuple) -> None:
+        for slot, value in zip(self.slots, values):
+            setattr(self.params, slot, cu.CUdeviceptr(value))
 
     def state(self) -> tuple:
         """(source, target, bytes) of a one-row copy."""
@@ -267,6 +287,12 @@ class _Memset:
     def write(self, slot: str, value: int) -> None:
         self.params.dst = cu.CUdeviceptr(value)
 
+    def pointers(self) -> tuple:
+        return (int(self.params.dst),)
+
+    def put(self, values: tuple) -> None:
+        self.params.dst = cu.CUdeviceptr(values[0])
+
     def state(self) -> tuple:
         """(target, bytes) of a one-row fill of bytes."""
         return int(self.params.dst), int(self.params.width)
@@ -292,14 +318,31 @@ class _Memset:
 _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _Memset.of}
 
 
+class Change:
+    """What a rebinding did to an index's nodes, to be done again
+    (:meth:`NodeIndex.redo`) when its graph is back in the state it was made
+    from: each changed node's pointers before and after, as
+    :meth:`_Kernel.pointers` gives them, and the index's holders after. It
+    holds no array."""
+
+    __slots__ = ("index", "generation", "nodes", "holders")
+
+    def __init__(self, index: "NodeIndex", nodes: list[tuple[Any, Any, Any]],
+                 holders: dict[int, list[tuple[Any, Any]]]):
+        self.index, self.generation = index, index.generation
+        self.nodes = nodes          # (entry, pointers before, pointers after)
+        self.holders = holders
+
+
 class _Plan:
     """The changes a rebinding makes, worked out before any is made: for
     each pointer value held by some node, where it moves."""
 
-    __slots__ = ("used", "_index", "_moved")
+    __slots__ = ("used", "_index", "_moved", "change")
 
     def __init__(self, index: "NodeIndex", moves: Sequence[Move]):
         self._index = index
+        self.change: Change | None = None
         self.used = [False] * len(moves)
         # (old value, new value)
         self._moved: list[tuple[int, int]] = []
@@ -319,32 +362,37 @@ class _Plan:
     def _apply(self) -> None:
         index = self._index
         holders = index.holders
-        changed: dict[int, Any] = {}
+        changed: dict[int, tuple[Any, Any]] = {}
         for old, new in self._moved:
             for entry, slot in holders[old]:
+                if id(entry) not in changed:
+                    changed[id(entry)] = (entry, entry.pointers())
                 entry.write(slot, new)
-                changed[id(entry)] = entry
         graph_exec, ctx = index.graph_exec, index.ctx
-        entries = list(changed.values())
+        entries = [entry for entry, _ in changed.values()]
         done = 0
         try:
             for entry in entries:
                 entry.set_on(graph_exec, ctx)
                 done += 1
         except DriverError:
-            for old, _ in self._moved:
-                for entry, slot in holders[old]:
-                    entry.write(slot, old)
+            for entry, before in changed.values():
+                entry.put(before)
             for entry in entries[:done]:
                 try:
                     entry.set_on(graph_exec, ctx)
                 except DriverError:  # noqa: PERF203  restore what can be restored
                     pass
             raise
-        # Every moved value's holders now hold the new one.
-        taken = [(new, holders.pop(old)) for old, new in self._moved]
+        # Every moved value's holders now hold the new one. The holders are
+        # made anew, never changed in place: a Change keeps those it leaves.
+        after = dict(holders)
+        taken = [(new, after.pop(old)) for old, new in self._moved]
         for new, refs in taken:
-            holders.setdefault(new, []).extend(refs)
+            after[new] = after.get(new, []) + refs
+        index._holders = after
+        self.change = Change(index, [(entry, before, entry.pointers())
+                                     for entry, before in changed.values()], after)
 
 
 class NodeIndex:
@@ -376,6 +424,9 @@ class NodeIndex:
             self.entries.append(entry)
             self.positions.append(position)
         self._holders: dict[int, list[tuple[Any, Any]]] | None = None
+        # Moves on when nodes are set other than by rebindings (new sizes):
+        # the Changes made before no longer apply.
+        self.generation = 0
 
     @property
     def holders(self) -> dict[int, list[tuple[Any, Any]]]:
@@ -388,6 +439,33 @@ class NodeIndex:
 
     def plan(self, moves: Sequence[Move]) -> _Plan:
         return _Plan(self, moves)
+
+    def redo(self, change: Change) -> bool:
+        """Make ``change`` again, the nodes being as it found them: set each
+        node it changed to the pointers it left; False, changing nothing,
+        where the index changed otherwise since. A node the driver refuses
+        sets every node back and raises DriverError."""
+        if change.index is not self or change.generation != self.generation:
+            return False
+        graph_exec, ctx = self.graph_exec, self.ctx
+        nodes = change.nodes
+        done = 0
+        try:
+            for entry, _, after in nodes:
+                entry.put(after)
+                entry.set_on(graph_exec, ctx)
+                done += 1
+        except DriverError:
+            for i, (entry, before, _) in enumerate(nodes[:done + 1]):
+                entry.put(before)
+                if i < done:
+                    try:
+                        entry.set_on(graph_exec, ctx)
+                    except DriverError:  # noqa: PERF203  restore what can be restored
+                        pass
+            raise
+        self._holders = change.holders
+        return True
 
     def reparameterise(self, taken: Sequence[Any], num_nodes: int) -> str | None:
         """Give each kernel, copy and fill node, in the order the capture
@@ -466,6 +544,7 @@ class NodeIndex:
                 "unchanged") from exc
         finally:
             self._holders = None
+            self.generation += 1
 
     def copy_onto(self, graph_exec: Any, ctx: Any, nodes: list[Any]) -> "NodeIndex":
         """This index's parameters, set on ``graph_exec`` (whose definition's
@@ -477,6 +556,7 @@ class NodeIndex:
         for entry in copy.entries:
             _check_pair(entry.node, _KIND_OF[type(entry)], entry)
         copy._holders = None
+        copy.generation = 0
         for entry in copy.entries:
             entry.set_on(graph_exec, ctx)
         return copy

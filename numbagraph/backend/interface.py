@@ -108,6 +108,10 @@ class RebindPlan(Protocol):
     used: list[bool]
     """Per move: whether any node holds a pointer it moves."""
 
+    change: Any
+    """Once applied: what the plan did to the nodes, holding no array, for
+    ``Executable.redo_rebind`` to do again."""
+
     def apply(self) -> None:
         """Make the changes; a failure leaves the graph as it was."""
 
@@ -140,6 +144,14 @@ class Executable(Protocol):
         """Work out which recorded pointers ``moves`` re-point (in kernel
         arguments, copies, fills and conditional bodies alike), changing
         nothing until the plan is applied. The graph is instantiated first."""
+
+    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+        """Make ``change`` (an applied plan's ``change``) again, the graph's
+        nodes being as that plan found them, with ``targets`` the device
+        arrays its moves went to, in their order: the nodes point where the
+        plan left them. False, changing nothing, where the nodes were set
+        since by anything but rebindings (new sizes, an update); a failure
+        leaves the graph as it was."""
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         """Give each of the graph's nodes, kernel launches, copies and fills

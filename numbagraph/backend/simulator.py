@@ -210,6 +210,9 @@ class Executable:
         # Each call's id and those of the calls it depends on (Recording.links).
         self._links = tuple(links)
         self.num_nodes = len(self._nodes)
+        # Moves on when the nodes are set other than by rebindings: the
+        # changes plans made before no longer apply.
+        self.generation = 0
 
     def instantiate(self) -> None:
         """Nothing to build: the recorded calls are the graph."""
@@ -239,12 +242,23 @@ class Executable:
         self._nodes, self._links = other._nodes, other._links
         self.instantiated = True
         self._prologue = other._prologue
+        self.generation += 1
 
     def plan_rebind(self, moves: Sequence[Move]) -> "_Plan":
         return _Plan(self, moves)
 
+    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+        """The calls rebuilt again over ``targets`` by the moves of
+        ``change`` (which holds no array)."""
+        owner, generation, moves = change
+        if owner is not self or generation != self.generation:
+            return False
+        _Plan(self, [Move(*move, target) for move, target in zip(moves, targets)]).apply()
+        return True
+
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         self.instantiated = True
+        self.generation += 1
         nodes = self._nodes
         if self._prologue:
             return "the graph holds a conditional node (a device loop or branch)"
@@ -281,7 +295,7 @@ class _Plan:
     place by ``apply``. The calls are rebuilt, never changed, since a graph
     updated from this one shares them."""
 
-    __slots__ = ("used", "_executable", "_nodes", "_reset")
+    __slots__ = ("used", "change", "_executable", "_nodes", "_reset")
 
     def __init__(self, executable: Executable, moves: Sequence[Move]):
         self._executable = executable
@@ -289,6 +303,8 @@ class _Plan:
         rebind = _Rebinder(moves, self.used)
         self._nodes = tuple(rebind(node) for node in executable._nodes)
         self._reset = rebind.reset
+        self.change = (executable, executable.generation,
+                       [(move.start, move.end, move.shift) for move in moves])
 
     def apply(self) -> None:
         self._executable._nodes = self._nodes

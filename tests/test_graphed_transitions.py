@@ -1,0 +1,165 @@
+"""A graphed function's rebindings made again: a call bringing back arrays
+a graph was bound to before sets the nodes that rebinding changed, with no
+moves worked out, and holds the graph as a rebinding would."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbagraph as ng
+from numbagraph.graph import CapturedGraph
+
+
+@cuda.jit
+def axpy(x, y, out, a):
+    """out = a * x + y."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[0] * x[i] + y[i]
+
+
+@cuda.jit
+def shift_add(x, out):
+    """out[i] += x[i] for the elements both have."""
+    i = cuda.grid(1)
+    if i < out.size and i < x.size:
+        out[i] += x[i]
+
+
+def dev(values, stream):
+    return cuda.to_device(np.asarray(values, dtype=np.float32), stream=stream)
+
+
+def host(array, stream):
+    return array.copy_to_host(stream=stream)
+
+
+@pytest.fixture
+def moves(monkeypatch):
+    """How many rebindings worked out their moves."""
+    made = [0]
+    original = CapturedGraph._move
+
+    def counted(self, *args, **kwargs):
+        made[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CapturedGraph, "_move", counted)
+    return made
+
+
+def test_arrays_brought_back_are_bound_again_without_working_out_moves(stream, moves):
+    sets = [tuple(dev(np.arange(16) * (k + 1) + j, stream) for j in range(3)) for k in range(3)]
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream)
+    def step(x, y, out):
+        axpy[1, 16, stream](x, y, out, two)
+        return out
+
+    worked_out = []
+    for call in range(12):
+        x, y, out = sets[call % 3]
+        assert step(x, y, out) is out
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+        worked_out.append(moves[0])
+    # Calls 0 and 1 run and capture; 2, 3 and 4 rebind from one set to the
+    # next for the first time; every later call makes one of those again.
+    assert worked_out[4] == worked_out[-1] == 3
+    info = step.cache_info()
+    assert (info.captures, info.rebinds) == (1, 10)
+
+
+def test_views_and_scalars_move_with_their_arrays(stream, moves):
+    n = 12
+    xs = [dev(np.arange(n) + 100 * k, stream) for k in range(2)]
+    outs = [dev(np.zeros(n), stream) for _ in range(2)]
+    scales = [ng.DeviceScalar(s, np.float32, stream=stream) for s in (2.0, 3.0)]
+
+    @ng.graphed(stream=stream)
+    def step(x, out, a):
+        axpy[1, n, stream](x, x, out, a)
+        shift_add[1, n, stream](x[2:], out[:-2])
+        return out
+
+    for call in range(8):
+        k = call % 2
+        step(xs[k], outs[k], scales[k])
+        x = host(xs[k], stream)
+        want = (scales[k].value + 1) * x
+        want[:-2] += x[2:]
+        np.testing.assert_array_equal(host(outs[k], stream), want)
+    assert moves[0] == 2
+    scales[1].update(5.0)
+    step(xs[1], outs[1], scales[1])
+    np.testing.assert_array_equal(host(outs[1], stream)[-2:], 6 * host(xs[1], stream)[-2:])
+
+
+def test_a_rebinding_kept_to_be_made_again_keeps_no_array_alive(stream):
+    x = dev(np.arange(8), stream)
+
+    @ng.graphed(stream=stream)
+    def step(out):
+        shift_add[1, 8, stream](x, out)
+        return out
+
+    first, second = dev(np.zeros(8), stream), dev(np.zeros(8), stream)
+    for k in range(6):
+        step((first, second)[k % 2])
+    gone = weakref.ref(second)
+    third = dev(np.zeros(8), stream)
+    step(third)
+    del second
+    gc.collect()
+    stream.synchronize()
+    assert gone() is None
+    step(first)
+    np.testing.assert_array_equal(host(first, stream), 4 * np.arange(8))
+    np.testing.assert_array_equal(host(third, stream), np.arange(8))
+
+
+def test_a_graph_given_new_sizes_works_its_moves_out_again(stream, moves):
+    @ng.graphed(stream=stream, sizes="update")
+    def step(x, out):
+        shift_add[4, 16, stream](x, out)
+        return out
+
+    def arrays(n):
+        return [(dev(np.arange(n) + k, stream), dev(np.zeros(n), stream)) for k in range(2)]
+
+    small, large = arrays(16), arrays(48)
+    calls = [small] * 4 + [large] * 4 + [small] * 4
+    for k, pair in enumerate(calls):
+        x, out = pair[k % 2]
+        before = host(out, stream)
+        step(x, out)
+        np.testing.assert_array_equal(host(out, stream), before + host(x, stream))
+    assert step.cache_info().captures == 1
+    # Each size's first two changes of arrays are worked out, then made again.
+    assert moves[0] == 2 * 3
+
+
+def test_a_change_of_the_graph_between_calls_is_not_undone(stream):
+    xs = [dev(np.arange(8) + k, stream) for k in range(2)]
+    out = dev(np.zeros(8), stream)
+
+    @ng.graphed(stream=stream)
+    def step(x):
+        shift_add[1, 8, stream](x, out)
+
+    for k in range(4):
+        step(xs[k % 2])
+    graph = step._caches[next(iter(step._caches))].last_entry.graph
+    with ng.capture(stream) as cap:
+        shift_add[1, 8, stream](xs[0], out)
+    graph.update(cap.graph)          # the graph now runs on xs[0]
+    cap.graph.close()
+    before = host(out, stream)
+    step(xs[0])
+    np.testing.assert_array_equal(host(out, stream), before + host(xs[0], stream))
+    before = host(out, stream)
+    step(xs[1])
+    np.testing.assert_array_equal(host(out, stream), before + host(xs[1], stream))
