@@ -8,6 +8,7 @@ import warnings
 from typing import Any, Iterable, Sequence
 
 from . import _graphmem, _hostcalls, _rebind, _registry
+from ._rebind import Transition
 from ._registry import release_when_idle
 from . import nodes as _nodes
 from ._hostcalls import attention as _host_attention
@@ -723,7 +724,7 @@ class CapturedGraph:
         self._move(pairs, _rebind.moves_for(pairs), strict)
 
     def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
-              record: bool = False) -> _rebind.Transition | None:
+              record: bool = False) -> Transition | None:
         """Make ``moves``, checked already, one per pair of ``pairs``; with
         ``record`` (a graphed function's rebinding), return the
         :class:`~numbagraph._rebind.Transition` that makes it again, or None
@@ -735,7 +736,7 @@ class CapturedGraph:
         with _Held(self._res):
             return self._make_moves(pairs, moves, strict, record)
 
-    def _redo(self, transition: _rebind.Transition, pairs: list[tuple[Any, Any]],
+    def _redo(self, transition: Transition, pairs: list[tuple[Any, Any]],
               targets: list[Any]) -> bool:
         """Make ``transition`` again with ``pairs``, the same objects as the
         rebinding it was made by (``targets``: their device arrays); False,
@@ -768,7 +769,7 @@ class CapturedGraph:
                     "at once. Rebind before the capture begins or after it ends")
 
     def _make_moves(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
-                    record: bool) -> _rebind.Transition | None:
+                    record: bool) -> Transition | None:
         """``_move`` once the graph's lock is held: a graph closed meanwhile
         raises GraphClosedError here, before the driver is asked anything."""
         self._executable()

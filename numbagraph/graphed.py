@@ -455,9 +455,9 @@ class GraphedFunction:
         key = (entry.seen, seen)
         known = entry.transitions.get(key) if seen is not None else None
         if known is not None:
-            positions, transition = known
-            pairs = [(bound[i], values[i]) for i in positions]
-            if entry.graph._redo(transition, pairs, [spans[i][3] for i in positions]):
+            again, transition = known
+            if entry.graph._redo(transition, [(bound[i], values[i]) for i in again],
+                                 [spans[i][3] for i in again]):
                 entry.bind(values, spans, seen)
                 cache.rebinds += 1
                 return None
