@@ -263,9 +263,15 @@ def _plan(dispatcher: Any, args: tuple, trusted: bool) -> Plan | None:
     layouts = [layout_of(ty) for ty in kernel.argument_types]
     if None in layouts or len(layouts) != len(args):
         return None
-    handle = kernel._codelibrary.get_cufunc().handle
-    # A library's kernel is launched as a function (CUDA 12 and later).
-    return Plan(kernel, cu.CUfunction(int(handle)), layouts)  # type: ignore[arg-type]
+    handle = int(kernel._codelibrary.get_cufunc().handle)
+    # numba loads kernels from libraries (a CUkernel, which cuLaunchKernel
+    # takes as a function and looks up in the current context at each
+    # launch): plans are per context, so each launches the function the
+    # kernel is in its own.
+    err, function = cu.cuKernelGetFunction(cu.CUkernel(handle))
+    if err != cu.CUresult.CUDA_SUCCESS:
+        function = cu.CUfunction(handle)
+    return Plan(kernel, function, layouts)
 
 
 def plan_for(dispatcher: Any, args: tuple, ctx_key: int, trusted: bool = False,
