@@ -115,7 +115,7 @@ def test_graphed_run_succeeds(graphed_run):
     assert doc["suites"]["graphed"]["error"] is None
 
 
-@pytest.mark.parametrize("change", [graphed.SAME, graphed.ONE, graphed.ALL])
+@pytest.mark.parametrize("change", [graphed.SAME, graphed.ONE, graphed.ALL, graphed.UNSEEN])
 @pytest.mark.parametrize("peer", list(graphed.STEP_PEERS))
 def test_graphed_step_is_measured_in_every_case_by_every_peer(graphed_run, change, peer):
     _, doc = graphed_run

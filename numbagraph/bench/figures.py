@@ -236,7 +236,7 @@ def _graphed(s: _Suite, config: dict[str, Any]) -> str | None:
     parts = []
     if steps:
         label = " / ".join(map(str, steps))
-        for change in (graphed.SAME, graphed.ONE, graphed.ALL):
+        for change in (graphed.SAME, graphed.ONE, graphed.ALL, graphed.UNSEEN):
             values = [s.value(graphed.case(n, change), graphed.PEER) for n in steps]
             if all(v is not None for v in values):
                 parts.append(f"{change} {_series(values)}")

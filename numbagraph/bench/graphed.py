@@ -12,7 +12,12 @@ Each call passes one of two sets of arrays:
 
 * same arrays: ``(x, y, z)`` every call;
 * one changed: ``x`` alternates between two buffers, ``y`` and ``z`` stay;
-* all changed: ping-pong between ``(x, y, z)`` and ``(x', y', z')``.
+* all changed: ping-pong between ``(x, y, z)`` and ``(x', y', z')``;
+* one changed, new each call: ``x`` goes round six buffers, more than a
+  graphed function remembers the calls of, so that every call's arrays are
+  new to it and its rebinding is worked out from the arrays (in the two
+  cases before, after the first calls, it makes a rebinding made before
+  again).
 
 Peers in each case: numbagraph (``f(x, y, z)``, ``f = ng.graphed(step,
 stream=s)``, which rebinds the arrays that differ from the last call's and
@@ -89,7 +94,7 @@ from .timing import Contender
 
 __all__ = [
     "NAME", "TITLE", "run", "case", "size_case", "size_label", "STEPS", "SIZES",
-    "SAME", "ONE", "ALL", "PEER", "PLAIN", "RECAPTURE", "RECAPTURE_UPDATE", "TORCH",
+    "SAME", "ONE", "ALL", "UNSEEN", "ROUND", "PEER", "PLAIN", "RECAPTURE", "RECAPTURE_UPDATE", "TORCH",
     "NEW_SIGNATURE", "KERNEL", "MEMCPY", "MEMSET", "NODE_KINDS", "FIT_NODES", "MOVED",
     "SIMULATED_FIT_NODES", "SIMULATED_MOVED", "BINDINGS", "CPP", "PER_NODE", "FIXED",
     "HOST_UNIT", "NODE_UNIT", "FIT_UNIT", "SET_CALLS", "set_case", "moved_case",
@@ -104,6 +109,8 @@ STEPS = (10, 100)              # launches per step on a GPU
 SIMULATED_STEPS = (2, 4)       # on the simulator, where a launch costs milliseconds
 SIZES = (4 << 10, 1 << 20, 64 << 20)   # bytes of the input in the size cases
 SAME, ONE, ALL = "same arrays", "one changed", "all changed"
+UNSEEN = "one changed, new each call"
+ROUND = 6   # buffers x goes round in the UNSEEN case
 PEER = "numbagraph"
 PLAIN = "plain launch"
 RECAPTURE = "recapture + instantiate"
@@ -212,20 +219,35 @@ class _Arrays:
             tuple(cuda.device_array(length, np.float32, stream=stream) for _ in range(3))
             for _ in range(2)
         )
-        base = (np.arange(covered) % 61).astype(np.float32) * np.float32(0.25)
-        self._host = {}
+        self._length = length
+        self._host: dict[int, np.ndarray] = {}
         for j, arrays in enumerate(self.sets):
             for r, array in enumerate(arrays):
-                values = base + np.float32(100 * j + 10 * r)
-                array[:covered].copy_to_device(values, stream=stream)
-                self._host[id(array)] = values
+                self._fill(array, j, r)
+        self._round: tuple = ()
         self._nan = np.full(covered, np.nan, np.float32)
         self._views: list = []   # kept, so that the ids in _host name them alone
         stream.synchronize()
 
-    def triples(self, change: str) -> tuple[tuple, tuple]:
-        """The arrays of even and of odd calls."""
+    def _fill(self, array: Any, j: int, r: int) -> None:
+        """Give ``array``, the ``r``-th of set ``j``, its pattern."""
+        values = ((np.arange(self.covered) % 61).astype(np.float32) * np.float32(0.25)
+                  + np.float32(100 * j + 10 * r))
+        array[:self.covered].copy_to_device(values, stream=self.stream)
+        self._host[id(array)] = values
+
+    def triples(self, change: str) -> tuple[tuple, ...]:
+        """The arrays of the calls, in turn."""
         (x, y, z), (x2, y2, z2) = self.sets
+        if change == UNSEEN:
+            if not self._round:
+                more = [cuda.device_array(self._length, np.float32, stream=self.stream)
+                        for _ in range(ROUND - 2)]
+                for j, array in enumerate(more, start=2):
+                    self._fill(array, j, 0)
+                self.stream.synchronize()
+                self._round = (x, x2, *more)
+            return tuple((xk, y, z) for xk in self._round)
         second = {SAME: (x, y, z), ONE: (x2, y, z), ALL: (x2, y2, z2)}[change]
         return (x, y, z), second
 
@@ -279,8 +301,9 @@ def _recaptures(config: Config, nodes: int) -> int:
     return n + n % 2
 
 
-def _alternating(pair: tuple[tuple, tuple], count: int) -> list:
-    return [pair[i % 2] for i in range(count)]
+def _alternating(sequence: tuple[tuple, ...], count: int) -> list:
+    """``count`` calls' arguments, going round ``sequence``."""
+    return [sequence[i % len(sequence)] for i in range(count)]
 
 
 def _setting(ctx: Context) -> types.SimpleNamespace:
@@ -304,9 +327,9 @@ def _graphed(ctx: Context, arrays: _Arrays, nodes: int, change: str,
     setting = _setting(ctx)
     s = setting.stream
     f = ng.graphed(make_step(nodes, s, setting.grid), stream=s)
-    pair = arrays.triples(change)
-    arrays.check(what, lambda args: f(*args), [*pair, *pair], s.synchronize)
-    calls = _alternating(pair, _calls(ctx.config, nodes))
+    turns = arrays.triples(change)
+    arrays.check(what, lambda args: f(*args), [*turns, *turns], s.synchronize)
+    calls = _alternating(turns, _calls(ctx.config, nodes))
 
     def batch():
         for args in calls:
@@ -383,11 +406,11 @@ def _recapture(update: bool):
     def setup(ctx: Context, arrays: _Arrays, nodes: int, change: str) -> Contender:
         setting = _setting(ctx)
         s = setting.stream
-        pair = arrays.triples(change)
-        call, close, note = _recapturing(make_step(nodes, s, setting.grid), s, pair[0],
+        turns = arrays.triples(change)
+        call, close, note = _recapturing(make_step(nodes, s, setting.grid), s, turns[0],
                                          update)
-        arrays.check(case(nodes, change), call, [*pair, *pair], s.synchronize)
-        calls = _alternating(pair, _recaptures(ctx.config, nodes))
+        arrays.check(case(nodes, change), call, [*turns, *turns], s.synchronize)
+        calls = _alternating(turns, _recaptures(ctx.config, nodes))
 
         def batch():
             for args in calls:
@@ -977,7 +1000,7 @@ def run(ctx: Context) -> SuiteResult:
     setting = _setting(ctx)
     steps = SIMULATED_STEPS if cfg.simulated else STEPS
     for nodes in steps:
-        for change in (SAME, ONE, ALL):
+        for change in (SAME, ONE, ALL, UNSEEN):
             setups = {peer: (lambda setup=setup, n=nodes, c=change:
                              setup(ctx, setting.arrays, n, c))
                       for peer, setup in STEP_PEERS.items()}
