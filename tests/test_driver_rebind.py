@@ -139,6 +139,51 @@ def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
     assert index.holders is holders
 
 
+class Memset(driver_rebind._Memset):
+    __slots__ = ("sets",)
+
+    def set_on(self, graph_exec, ctx):
+        self.sets = getattr(self, "sets", 0) + 1
+
+
+class Memcpy(driver_rebind._Memcpy):
+    __slots__ = ("sets",)
+
+    def set_on(self, graph_exec, ctx):
+        self.sets = getattr(self, "sets", 0) + 1
+
+
+def memset(dst):
+    params = cu.CUDA_MEMSET_NODE_PARAMS()
+    params.dst, params.width, params.height, params.elementSize = dst, 64, 1, 1
+    return Memset(None, params)
+
+
+def memcpy(src, dst):
+    params = cu.CUDA_MEMCPY3D()
+    device = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    params.srcMemoryType = params.dstMemoryType = device
+    params.srcDevice, params.dstDevice = src, dst
+    params.WidthInBytes, params.Height, params.Depth = 64, 1, 1
+    return Memcpy(None, params)
+
+
+def test_copies_and_fills_are_made_again_with_kernels():
+    k, f, c = kernel(1000, 3000), memset(1000), memcpy(3000, 1016)
+    index = Index(k, f, c)
+    there = index.plan([Move(1000, 1064, 4096, None)])
+    there.apply()
+    back = index.plan([Move(5096, 5160, -4096, None)])
+    back.apply()
+    assert values(k) == [1000, 3000] and values(f) == [1000] and values(c) == [3000, 1016]
+    assert index.redo(there.change)
+    assert values(k) == [5096, 3000] and values(f) == [5096] and values(c) == [3000, 5112]
+    assert int(c.params.srcDevice) == 3000 and int(c.params.dstDevice) == 5112
+    assert int(f.params.dst) == 5096 and int(f.params.width) == 64
+    assert (k.sets, f.sets, c.sets) == (3, 3, 3)
+    assert sorted(index.holders) == [3000, 5096, 5112]
+
+
 def test_a_packed_parameter_buffer_is_found_in_extra():
     packed = ctypes.create_string_buffer(words(3, 4))
     size = ctypes.c_size_t(16)
