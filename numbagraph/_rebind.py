@@ -159,10 +159,11 @@ def spans_of(keepalive: list) -> tuple[list, list[list]]:
 
 
 def rebind_spans(held: list[tuple[list, int]], keepalive: list,
-                 pairs: list[tuple[Any, Any]], moves: list[Move]) -> list:
+                 pairs: list[tuple[Any, Any]], moves: list[Move]) -> tuple[list, list]:
     """Point the spans ``held`` (from :func:`check_held`) and the
     DeviceScalars in ``keepalive`` at the new objects of ``pairs``, in place;
-    returns the objects they held before."""
+    returns the objects they held before, and ``(index in keepalive, index
+    of the pair)`` of each scalar replaced."""
     replaced = []
     for entry, i in held:
         shift = moves[i].shift
@@ -172,15 +173,17 @@ def rebind_spans(held: list[tuple[list, int]], keepalive: list,
         entry[2] = pairs[i][1]
     # Arrays are in spans; keepalive holds no array but a recorded scalar.
     wrappers = _registry.device_wrappers
-    scalars = [pair for pair in pairs if type(pair[0]) in wrappers]
+    scalars = [(i, pair) for i, pair in enumerate(pairs) if type(pair[0]) in wrappers]
+    placed = []
     if scalars:
-        for i, value in enumerate(keepalive):
-            for old, new in scalars:
+        for k, value in enumerate(keepalive):
+            for i, (old, new) in scalars:
                 if value is old:
                     replaced.append(value)
-                    keepalive[i] = new
+                    keepalive[k] = new
+                    placed.append((k, i))
                     break
-    return replaced
+    return replaced, placed
 
 
 class Transition:
@@ -189,8 +192,9 @@ class Transition:
     graph's nodes (the backend's ``plan.change``) and where it left the
     graph's spans, recorded scalars, aligned entries and op rules. Valid
     while the graph's ``epoch`` is the one it was made in (nothing but
-    rebindings changed the graph since). It holds no array: the new ones
-    are given again, by the index of their pair, when it is made again."""
+    rebindings changed the graph since). It holds no array but the graph's
+    own spans: the new arrays are given again, by the index of their pair,
+    each time it is made."""
 
     __slots__ = ("epoch", "change", "spans", "scalars", "places")
 
@@ -202,19 +206,23 @@ class Transition:
         self.places = places      # ([start, end] of a Fixed or Operands entry, start, end)
 
 
-def transition_of(epoch: int, change: Any, held: list[tuple[list, int]], keepalive: list,
-                  pairs: list[tuple[Any, Any]], fixed: list[Fixed] | None,
-                  operands: list[Operands] | None) -> Transition:
-    """The :class:`Transition` of a rebinding just made: ``held`` from
-    :func:`check_held`, the spans now where it put them."""
-    wrappers = _registry.device_wrappers
-    scalars = []
-    if any(type(old) in wrappers for old, _ in pairs):
-        for k, value in enumerate(keepalive):
-            for i, (old, new) in enumerate(pairs):
-                if value is new and type(old) in wrappers:
-                    scalars.append((k, i))
-                    break
+def transition_of(epoch: int, change: Any, spans: list[list], held: list[tuple[list, int]],
+                  scalars: list[tuple[int, int]], moves: list[Move],
+                  fixed: list[Fixed] | None,
+                  operands: list[Operands] | None) -> Transition | None:
+    """The :class:`Transition` of a rebinding just made (``held`` from
+    :func:`check_held`, ``scalars`` from :func:`rebind_spans`), or None
+    where a new array overlaps memory the graph uses that did not move: its
+    nodes then hold pointers into the new array that no move of it made,
+    and what the rebinding did depends on more than the arrays on both
+    sides."""
+    moved = {id(span) for span, _ in held}
+    for span in spans:
+        if id(span) in moved or span[0] == span[1]:
+            continue
+        for move in moves:
+            if span[0] < move.end + move.shift and move.start + move.shift < span[1]:
+                return None
     places = [(where, where[0], where[1])
               for entry in (*(e for e in fixed or () if e.align), *(operands or ()))
               for where in entry.spans]

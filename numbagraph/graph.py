@@ -157,6 +157,13 @@ class _Resources:
 _runners_lock = threading.RLock()
 
 
+def _refused(exc: Exception) -> RebindError:
+    """The error of a rebinding whose node updates the driver refused."""
+    return RebindError(
+        f"rebind: the driver refused to change the graph's nodes ({exc}); the graph is "
+        "unchanged. Capture the work again with the new arrays")
+
+
 def _free(executable: Any, keepalive: list, launched: set[int], owned: Sequence[Any] = (),
           last: int | None = None, last_stream: Any = None, device: int = 0) -> None:
     """Destroy the executable (CUDA lets a running graph be destroyed: it
@@ -751,9 +758,7 @@ class CapturedGraph:
                 if not res.executable.redo_rebind(transition.change, targets):
                     return False
             except Exception as exc:
-                raise RebindError(
-                    f"rebind: the driver refused to change the graph's nodes ({exc}); the "
-                    "graph is unchanged. Capture the work again with the new arrays") from exc
+                raise _refused(exc) from exc
             res.drop(_rebind.redo_transition(transition, res.keepalive, pairs))
             return True
 
@@ -813,21 +818,20 @@ class CapturedGraph:
         try:
             plan.apply()
         except Exception as exc:
-            raise RebindError(
-                f"rebind: the driver refused to change the graph's nodes ({exc}); the "
-                "graph is unchanged. Capture the work again with the new arrays") from exc
+            raise _refused(exc) from exc
         if res.fixed:
             _rebind.shift_fixed(res.fixed, moves)
         if res.operands:
             _rebind.shift_operands(res.operands, moves)
         # The old arrays go once no capture runs, as a closed graph's do.
-        res.drop(_rebind.rebind_spans(held, res.keepalive, pairs, moves))
+        replaced, scalars = _rebind.rebind_spans(held, res.keepalive, pairs, moves)
+        res.drop(replaced)
         if not record:
             res.epoch += 1
             return None
         if device_nodes:
             return None
-        return _rebind.transition_of(res.epoch, plan.change, held, res.keepalive, pairs,
+        return _rebind.transition_of(res.epoch, plan.change, res.spans, held, scalars, moves,
                                      res.fixed, res.operands)
 
     def _reparameterise(self, launches: list, keepalive: list) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _graphmem, _registry, _resize
-from ._rebind import FixedNodesError, OperandsError, device_array_of, span
+from ._rebind import FixedNodesError, OperandsError, Transition, device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
 from .backend.interface import Move
@@ -85,7 +85,8 @@ class _Entry:
         # whose arrays changed, the graph's Transition) of the rebindings
         # made between them: a call bringing back arrays seen before makes
         # the same one again at the driver's cost.
-        self.transitions: dict[tuple, tuple[tuple[int, ...], Any]] = {}
+        self.transitions: dict[tuple[_Seen | None, _Seen | None],
+                               tuple[tuple[int, ...], Transition]] = {}
 
     def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
         """Hold ``values`` as those the graph is bound to now."""
@@ -99,10 +100,12 @@ class _Seen:
     signature and ``(position, pointer, start, end, device array)`` of each
     distinct array, the device array weakly."""
 
-    __slots__ = ("keys", "held", "sig", "spans")
+    __slots__ = ("keys", "held", "sig", "spans", "again")
 
     def __init__(self, values: tuple, keys: tuple, sig: tuple, spans: dict[int, tuple]):
         self.keys, self.sig = keys, sig
+        # Whether a later call was given these values again.
+        self.again = False
         self.held: tuple[tuple[Any] | weakref.ref[Any], ...] = tuple(
             (value,) if s[0] == _VALUE else weakref.ref(value) for value, s in zip(values, sig))
         self.spans = tuple((i, ptr, start, end, weakref.ref(dev))
@@ -479,9 +482,12 @@ class GraphedFunction:
             transition = entry.graph._move(pairs, moves, strict=False, record=True)
         except (FixedNodesError, OperandsError) as exc:
             return exc
-        if transition is not None and seen is not None and entry.seen is not None:
+        # Kept where the call's arrays were seen before this call: arrays new
+        # each call would fill the entry with rebindings never made again.
+        if (transition is not None and seen is not None and seen.again
+                and entry.seen is not None):
             if len(entry.transitions) >= _TRANSITIONS:
-                entry.transitions.clear()
+                del entry.transitions[next(iter(entry.transitions))]  # the oldest
             entry.transitions[key] = (tuple(positions), transition)
         entry.bind(values, spans, seen)
         cache.rebinds += 1
@@ -503,6 +509,7 @@ class GraphedFunction:
         for seen in cache.seen:
             spans = seen.spans_of(values, keys)
             if spans is not None:
+                seen.again = True
                 return seen.sig, spans, seen
         sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
         first: dict[int, int] = {}

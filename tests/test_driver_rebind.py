@@ -108,9 +108,18 @@ def test_a_change_made_again_sets_the_nodes_it_changed_to_where_it_left_them():
         assert values(a) == [1000, 5000] and values(b) == [1004, 7000]
         assert sorted(index.holders) == [1000, 1004, 5000, 7000]
     assert (a.sets, b.sets, c.sets if hasattr(c, "sets") else 0) == (8, 8, 0)
-    # The holders a change leaves are its own: later plans make new ones.
-    assert there.change.holders is not back.change.holders
-    assert sorted(there.change.holders) == [1500, 1504, 5000, 7000]
+    assert index.holders[1000] == [(a, 0)] and index.holders[5000] == [(a, 1), (c, 0)]
+
+
+def test_a_change_is_not_made_again_on_nodes_that_hold_other_pointers():
+    a, b = kernel(1000, 5000), kernel(5000)
+    index = Index(a, b)
+    there = index.plan([Move(1000, 1008, 4000, None)])   # a's first array onto b's
+    there.apply()
+    index.plan([Move(5000, 5008, -4000, None)]).apply()  # both back onto a's
+    assert values(a) == [1000, 1000] and values(b) == [1000]
+    assert not index.redo(there.change)
+    assert values(a) == [1000, 1000] and values(b) == [1000]
 
 
 def test_a_change_no_longer_applies_once_nodes_were_set_otherwise():
@@ -130,13 +139,15 @@ def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
     plan = index.plan([Move(1000, 1008, 8, None)])
     plan.apply()
     index.plan([Move(1008, 1016, -8, None)]).apply()
-    holders = index.holders
+    holders = {value: list(refs) for value, refs in index.holders.items()}
     b.refuse = True
     with pytest.raises(driver_base.DriverError):
         index.redo(plan.change)
     assert values(a) == [1000] and values(b) == [1000, 3000]
     assert a.sets == 4                  # twice by plans, then set and set back
-    assert index.holders is holders
+    assert index.holders == holders
+    b.refuse = False
+    assert not index.redo(plan.change)  # a refusal leaves no change to make again
 
 
 class Memset(driver_rebind._Memset):

@@ -66,9 +66,10 @@ def test_arrays_brought_back_are_bound_again_without_working_out_moves(stream, m
         assert step(x, y, out) is out
         np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
         worked_out.append(moves[0])
-    # Calls 0 and 1 run and capture; 2, 3 and 4 rebind from one set to the
-    # next for the first time; every later call makes one of those again.
-    assert worked_out[4] == worked_out[-1] == 3
+    # Calls 0 and 1 run and capture; 2 to 5 rebind from one set to the next
+    # for the first time (2 to arrays never seen, so its rebinding is not
+    # kept); every later call makes one of those kept again.
+    assert worked_out[5] == worked_out[-1] == 4
     info = step.cache_info()
     assert (info.captures, info.rebinds) == (1, 10)
 
@@ -131,15 +132,20 @@ def test_a_graph_given_new_sizes_works_its_moves_out_again(stream, moves):
         return [(dev(np.arange(n) + k, stream), dev(np.zeros(n), stream)) for k in range(2)]
 
     small, large = arrays(16), arrays(48)
-    calls = [small] * 4 + [large] * 4 + [small] * 4
+    calls = [small] * 6 + [large] * 6 + [small] * 6
+    worked_out = []
     for k, pair in enumerate(calls):
         x, out = pair[k % 2]
         before = host(out, stream)
         step(x, out)
         np.testing.assert_array_equal(host(out, stream), before + host(x, stream))
+        worked_out.append(moves[0])
     assert step.cache_info().captures == 1
-    # Each size's first two changes of arrays are worked out, then made again.
-    assert moves[0] == 2 * 3
+    # A new size forgets the rebindings kept: each size's first changes of
+    # arrays are worked out again, then made again.
+    assert worked_out[3] == worked_out[5] == 2
+    assert worked_out[9] - worked_out[5] == 3 and worked_out[11] == worked_out[9]
+    assert worked_out[14] - worked_out[11] == 2 and worked_out[17] == worked_out[14]
 
 
 def test_a_change_of_the_graph_between_calls_is_not_undone(stream):

@@ -320,18 +320,37 @@ _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _
 
 class Change:
     """What a rebinding did to an index's nodes, to be done again
-    (:meth:`NodeIndex.redo`) when its graph is back in the state it was made
-    from: each changed node's pointers before and after, as
-    :meth:`_Kernel.pointers` gives them, and the index's holders after. It
-    holds no array."""
+    (:meth:`NodeIndex.redo`) while they are as it found them: each changed
+    node's pointers before and after (as its ``pointers()`` gives them), and
+    each pointer value that moved. It holds no array."""
 
-    __slots__ = ("index", "generation", "nodes", "holders")
+    __slots__ = ("index", "generation", "nodes", "back", "moved")
 
     def __init__(self, index: "NodeIndex", nodes: list[tuple[Any, Any, Any]],
-                 holders: dict[int, list[tuple[Any, Any]]]):
+                 moved: list[tuple[int, int]]):
         self.index, self.generation = index, index.generation
         self.nodes = nodes          # (entry, pointers before, pointers after)
-        self.holders = holders
+        self.back = [(entry, before) for entry, before, _ in nodes]
+        self.moved = moved          # (old value, new value)
+
+
+def _set_back(entries: Sequence[Any], graph_exec: Any, ctx: Any) -> None:
+    """Set ``entries``, holding their parameters of before again, on the
+    executable, as far as the driver lets: a node it refuses now runs what
+    it was refused for, and the index no longer vouches for it."""
+    for entry in entries:
+        try:
+            entry.set_on(graph_exec, ctx)
+        except DriverError:  # noqa: PERF203  restore what can be restored
+            pass
+
+
+def _move_holders(holders: dict[int, list[tuple[Any, Any]]],
+                  moved: Sequence[tuple[int, int]]) -> None:
+    """Every moved value's holders now hold the new one."""
+    taken = [(new, holders.pop(old)) for old, new in moved]
+    for new, refs in taken:
+        holders.setdefault(new, []).extend(refs)
 
 
 class _Plan:
@@ -368,31 +387,11 @@ class _Plan:
                 if id(entry) not in changed:
                     changed[id(entry)] = (entry, entry.pointers())
                 entry.write(slot, new)
-        graph_exec, ctx = index.graph_exec, index.ctx
-        entries = [entry for entry, _ in changed.values()]
-        done = 0
-        try:
-            for entry in entries:
-                entry.set_on(graph_exec, ctx)
-                done += 1
-        except DriverError:
-            for entry, before in changed.values():
-                entry.put(before)
-            for entry in entries[:done]:
-                try:
-                    entry.set_on(graph_exec, ctx)
-                except DriverError:  # noqa: PERF203  restore what can be restored
-                    pass
-            raise
-        # Every moved value's holders now hold the new one. The holders are
-        # made anew, never changed in place: a Change keeps those it leaves.
-        after = dict(holders)
-        taken = [(new, after.pop(old)) for old, new in self._moved]
-        for new, refs in taken:
-            after[new] = after.get(new, []) + refs
-        index._holders = after
-        self.change = Change(index, [(entry, before, entry.pointers())
-                                     for entry, before in changed.values()], after)
+        back = list(changed.values())
+        index._set(back)
+        _move_holders(holders, self._moved)
+        self.change = Change(index, [(entry, before, entry.pointers()) for entry, before in back],
+                             self._moved)
 
 
 class NodeIndex:
@@ -441,31 +440,40 @@ class NodeIndex:
         return _Plan(self, moves)
 
     def redo(self, change: Change) -> bool:
-        """Make ``change`` again, the nodes being as it found them: set each
-        node it changed to the pointers it left; False, changing nothing,
-        where the index changed otherwise since. A node the driver refuses
-        sets every node back and raises DriverError."""
+        """Make ``change`` again: set each node it changed to the pointers it
+        left. False, changing nothing, unless the nodes it changed hold the
+        pointers it found (the index changed otherwise since, or the call's
+        arrays overlap memory the graph uses besides). A node the driver
+        refuses sets every node back and raises DriverError."""
         if change.index is not self or change.generation != self.generation:
             return False
+        for entry, before, _ in change.nodes:
+            if entry.pointers() != before:
+                return False
+        for entry, _, after in change.nodes:
+            entry.put(after)
+        self._set(change.back)
+        _move_holders(self.holders, change.moved)
+        return True
+
+    def _set(self, back: list[tuple[Any, Any]]) -> None:
+        """Set the entries of ``back`` (``(entry, pointers before)``), holding
+        their new pointers, on the executable; if the driver refuses one,
+        every entry gets its pointers of before back, those set are set
+        back, no Change made before applies any more, and the error is
+        raised."""
         graph_exec, ctx = self.graph_exec, self.ctx
-        nodes = change.nodes
         done = 0
         try:
-            for entry, _, after in nodes:
-                entry.put(after)
+            for entry, _ in back:
                 entry.set_on(graph_exec, ctx)
                 done += 1
         except DriverError:
-            for i, (entry, before, _) in enumerate(nodes[:done + 1]):
+            for entry, before in back:
                 entry.put(before)
-                if i < done:
-                    try:
-                        entry.set_on(graph_exec, ctx)
-                    except DriverError:  # noqa: PERF203  restore what can be restored
-                        pass
+            _set_back([entry for entry, _ in back[:done]], graph_exec, ctx)
+            self.generation += 1
             raise
-        self._holders = change.holders
-        return True
 
     def reparameterise(self, taken: Sequence[Any], num_nodes: int) -> str | None:
         """Give each kernel, copy and fill node, in the order the capture
@@ -496,7 +504,7 @@ class NodeIndex:
             if type(plan) is str:
                 return f"the call made {_made(item)} where the graph's node {i} is a kernel launch"
             if entry.plan is not plan:
-                if not _same_function(entry.runs, plan.function):
+                if not _same_function(entry.runs, plan):
                     return (f"launch {i} runs {_name_of(plan)}, and the graph's node {i} "
                             "another kernel or overload of it (other argument types)")
                 if entry.offsets is None:
@@ -532,13 +540,10 @@ class NodeIndex:
                     entry.assign(state)
                     entry.set_on(graph_exec, ctx)
         except DriverError as exc:
-            for i, (entry, state) in enumerate(before):
+            for entry, state in before:
                 entry.assign(state)
-                if i < len(before) - 1:  # the last was refused: nothing to set back
-                    try:
-                        entry.set_on(graph_exec, ctx)
-                    except DriverError:  # noqa: PERF203  restore what can be restored
-                        pass
+            # The last was refused: nothing to set back.
+            _set_back([entry for entry, _ in before[:-1]], graph_exec, ctx)
             raise RebindError(
                 f"the driver refused new parameters for a node ({exc}); the graph is "
                 "unchanged") from exc
@@ -575,16 +580,23 @@ def _holders(entries: list[Any]) -> dict[int, list[tuple[Any, Any]]]:
 _KIND_OF: dict[type, Any] = {_Kernel: _KERNEL, _Memcpy: _MEMCPY, _Memset: _MEMSET}
 
 
-# A launched function's handle (numba's kernels are a library's, CUkernel) ->
-# the handles kernel nodes running it were found to hold: that one, and the
+# A library kernel's handle (numba's kernels are a library's, CUkernel) ->
+# the function handles kernel nodes running it were found to hold: the
 # function it is in each context it was resolved in.
 _functions: dict[int, set[int]] = {}
 
 
-def _same_function(runs: tuple[int, int], function: Any) -> bool:
+def _same_function(runs: tuple[int, int], plan: Any) -> bool:
     """Whether a kernel node running the (function, kernel) handles ``runs``
-    runs ``function`` (a node is read in its graph's context, current here)."""
-    handle = int(function)
+    runs the kernel of ``plan``: the function the plan launches, or another
+    the plan's library kernel is in (a node is read in its graph's context,
+    current here)."""
+    if int(plan.function) in runs:
+        return True
+    try:
+        handle = int(plan.kernel._codelibrary.get_cufunc().handle)
+    except Exception:  # noqa: BLE001  a kernel that cannot load runs no node
+        return False
     handles = _functions.get(handle)
     if handles is None:
         if len(_functions) > 4096:

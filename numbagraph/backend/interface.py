@@ -109,8 +109,8 @@ class RebindPlan(Protocol):
     """Per move: whether any node holds a pointer it moves."""
 
     change: Any
-    """Once applied: what the plan did to the nodes, holding no array, for
-    ``Executable.redo_rebind`` to do again."""
+    """What the plan does to the nodes, holding no array: once the plan is
+    applied, ``Executable.redo_rebind`` does it again."""
 
     def apply(self) -> None:
         """Make the changes; a failure leaves the graph as it was."""
@@ -150,8 +150,9 @@ class Executable(Protocol):
         nodes being as that plan found them, with ``targets`` the device
         arrays its moves went to, in their order: the nodes point where the
         plan left them. False, changing nothing, where the nodes were set
-        since by anything but rebindings (new sizes, an update); a failure
-        leaves the graph as it was."""
+        since by anything but rebindings (new sizes, an update) or do not
+        hold what the plan found. Where the driver refuses a node, every
+        node is set back and the backend's error raised."""
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         """Give each of the graph's nodes, kernel launches, copies and fills

@@ -16,6 +16,7 @@ import functools
 import itertools
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
@@ -249,9 +250,9 @@ class Executable:
 
     def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
         """The calls rebuilt again over ``targets`` by the moves of
-        ``change`` (which holds no array)."""
+        ``change``, which names this executable weakly and holds no array."""
         owner, generation, moves = change
-        if owner is not self or generation != self.generation:
+        if owner() is not self or generation != self.generation:
             return False
         _Plan(self, [Move(*move, target) for move, target in zip(moves, targets)]).apply()
         return True
@@ -303,7 +304,7 @@ class _Plan:
         rebind = _Rebinder(moves, self.used)
         self._nodes = tuple(rebind(node) for node in executable._nodes)
         self._reset = rebind.reset
-        self.change = (executable, executable.generation,
+        self.change = (weakref.ref(executable), executable.generation,
                        [(move.start, move.end, move.shift) for move in moves])
 
     def apply(self) -> None:

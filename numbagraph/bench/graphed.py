@@ -85,6 +85,7 @@ import numpy as np
 from numba import cuda
 
 import numbagraph as ng
+from numbagraph.graphed import _SEEN
 
 from .core import Config, Context, Row, SuiteResult, clamp_repeats
 from .floor import PEER as CPP
@@ -94,8 +95,8 @@ from .timing import Contender
 
 __all__ = [
     "NAME", "TITLE", "run", "case", "size_case", "size_label", "STEPS", "SIZES",
-    "SAME", "ONE", "ALL", "UNSEEN", "ROUND", "PEER", "PLAIN", "RECAPTURE", "RECAPTURE_UPDATE", "TORCH",
-    "NEW_SIGNATURE", "KERNEL", "MEMCPY", "MEMSET", "NODE_KINDS", "FIT_NODES", "MOVED",
+    "SAME", "ONE", "ALL", "UNSEEN", "ROUND", "PEER", "PLAIN", "RECAPTURE", "RECAPTURE_UPDATE",
+    "TORCH", "NEW_SIGNATURE", "KERNEL", "MEMCPY", "MEMSET", "NODE_KINDS", "FIT_NODES", "MOVED",
     "SIMULATED_FIT_NODES", "SIMULATED_MOVED", "BINDINGS", "CPP", "PER_NODE", "FIXED",
     "HOST_UNIT", "NODE_UNIT", "FIT_UNIT", "SET_CALLS", "set_case", "moved_case",
     "fit_case", "fit_line",
@@ -110,7 +111,9 @@ SIMULATED_STEPS = (2, 4)       # on the simulator, where a launch costs millisec
 SIZES = (4 << 10, 1 << 20, 64 << 20)   # bytes of the input in the size cases
 SAME, ONE, ALL = "same arrays", "one changed", "all changed"
 UNSEEN = "one changed, new each call"
-ROUND = 6   # buffers x goes round in the UNSEEN case
+# Buffers x goes round in the UNSEEN case: more than a graphed function
+# remembers the calls of.
+ROUND = _SEEN + 2
 PEER = "numbagraph"
 PLAIN = "plain launch"
 RECAPTURE = "recapture + instantiate"
