@@ -192,16 +192,17 @@ class Transition:
     graph's nodes (the backend's ``plan.change``) and where it left the
     graph's spans, recorded scalars, aligned entries and op rules. Valid
     while the graph's ``epoch`` is the one it was made in (nothing but
-    rebindings changed the graph since). It holds no array but the graph's
-    own spans: the new arrays are given again, by the index of their pair,
-    each time it is made."""
+    rebindings changed the graph since). It holds no array: spans and
+    scalars are named by their index in the graph's lists, and the new
+    arrays are given again, by the index of their pair, each time it is
+    made."""
 
     __slots__ = ("epoch", "change", "spans", "scalars", "places")
 
-    def __init__(self, epoch: int, change: Any, spans: list[tuple[list, int, int, int]],
+    def __init__(self, epoch: int, change: Any, spans: list[tuple[int, int, int, int]],
                  scalars: list[tuple[int, int]], places: list[tuple[list, int, int]]):
         self.epoch, self.change = epoch, change
-        self.spans = spans        # (span, start, end, index of the pair it now holds)
+        self.spans = spans        # (index in spans, start, end, index of the pair it now holds)
         self.scalars = scalars    # (index in keepalive, index of the pair it now holds)
         self.places = places      # ([start, end] of a Fixed or Operands entry, start, end)
 
@@ -216,6 +217,7 @@ def transition_of(epoch: int, change: Any, spans: list[list], held: list[tuple[l
     nodes then hold pointers into the new array that no move of it made,
     and what the rebinding did depends on more than the arrays on both
     sides."""
+    index = {id(span): k for k, span in enumerate(spans)}
     moved = {id(span) for span, _ in held}
     for span in spans:
         if id(span) in moved or span[0] == span[1]:
@@ -226,16 +228,19 @@ def transition_of(epoch: int, change: Any, spans: list[list], held: list[tuple[l
     places = [(where, where[0], where[1])
               for entry in (*(e for e in fixed or () if e.align), *(operands or ()))
               for where in entry.spans]
-    return Transition(epoch, change, [(span, span[0], span[1], i) for span, i in held],
+    return Transition(epoch, change,
+                      [(index[id(span)], span[0], span[1], i) for span, i in held],
                       scalars, places)
 
 
-def redo_transition(transition: Transition, keepalive: list,
+def redo_transition(transition: Transition, spans: list[list], keepalive: list,
                     pairs: list[tuple[Any, Any]]) -> list:
-    """Put the spans, scalars and places where ``transition`` left them,
-    each holding the new object of its pair; returns the objects let go."""
+    """Put the graph's ``spans``, scalars and places where ``transition``
+    left them, each holding the new object of its pair; returns the objects
+    let go."""
     replaced = []
-    for span, start, end, i in transition.spans:
+    for k, start, end, i in transition.spans:
+        span = spans[k]
         replaced.append(span[2])
         span[0], span[1], span[2] = start, end, pairs[i][1]
     for k, i in transition.scalars:

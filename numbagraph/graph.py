@@ -752,14 +752,15 @@ class CapturedGraph:
         res = self._res
         with _Held(res):
             self._executable()
-            if res.epoch != transition.epoch:
+            spans = res.spans
+            if res.epoch != transition.epoch or spans is None:
                 return False
             try:
                 if not res.executable.redo_rebind(transition.change, targets):
                     return False
             except Exception as exc:
                 raise _refused(exc) from exc
-            res.drop(_rebind.redo_transition(transition, res.keepalive, pairs))
+            res.drop(_rebind.redo_transition(transition, spans, res.keepalive, pairs))
             return True
 
     def _refuse_rebinding_here(self) -> None:

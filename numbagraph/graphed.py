@@ -143,7 +143,7 @@ class _Cache:
         # the latest used first.
         self.families: dict[tuple, list[_Entry]] = {}
         self.warm: dict[tuple, int] = {}
-        # The latest calls whose signatures were worked out, latest first.
+        # The calls whose signatures were worked out, the latest given again first.
         self.seen: list[_Seen] = []
         self.last_values: tuple | None = None
         self.last_keys: tuple = ()
@@ -277,7 +277,7 @@ _FIXED = frozenset((*_backend.DEVICE_ARRAY_TYPES, DeviceScalar))
 # pong, a rotation of a few buffers).
 _SEEN = 4
 # Rebindings an entry keeps to make again (_Entry.transitions); past that,
-# it forgets them all.
+# the oldest kept is forgotten.
 _TRANSITIONS = 16
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
@@ -506,10 +506,12 @@ class GraphedFunction:
         A call with the objects of one of the latest calls has that call's
         signature and spans, as long as its arrays are of types whose layout
         and memory are fixed for their life."""
-        for seen in cache.seen:
+        for k, seen in enumerate(cache.seen):
             spans = seen.spans_of(values, keys)
             if spans is not None:
                 seen.again = True
+                if k:  # the latest used first
+                    cache.seen.insert(0, cache.seen.pop(k))
                 return seen.sig, spans, seen
         sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
         first: dict[int, int] = {}

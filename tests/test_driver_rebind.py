@@ -133,6 +133,19 @@ def test_a_change_no_longer_applies_once_nodes_were_set_otherwise():
     assert values(a) == [1008] and a.sets == 1
 
 
+def test_a_change_is_not_made_again_where_other_nodes_came_to_hold_what_it_moves():
+    a, b = kernel(1000), kernel(5000)
+    index = Index(a, b)
+    there = index.plan([Move(1000, 1008, 500, None)])
+    there.apply()
+    index.plan([Move(5000, 5008, -4000, None)]).apply()   # b onto 1000
+    index.plan([Move(1500, 1508, -500, None)]).apply()    # a back onto 1000
+    assert values(a) == [1000] and values(b) == [1000]
+    assert not index.redo(there.change)
+    assert values(a) == [1000] and values(b) == [1000]
+    assert sorted(index.holders) == [1000]
+
+
 def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
     a, b = kernel(1000), kernel(1000, 3000)
     index = Index(a, b)

@@ -169,3 +169,35 @@ def test_a_change_of_the_graph_between_calls_is_not_undone(stream):
     before = host(out, stream)
     step(xs[1])
     np.testing.assert_array_equal(host(out, stream), before + host(xs[1], stream))
+
+
+
+def _leaves(value):
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _leaves(item)
+    elif hasattr(value, "__slots__") and not isinstance(value, ng.DeviceScalar):
+        for name in value.__slots__:
+            yield from _leaves(getattr(value, name, None))
+    else:
+        yield value
+
+
+def test_what_a_graph_keeps_of_its_rebindings_names_no_array(stream):
+    x = dev(np.arange(8), stream)
+    scales = [ng.DeviceScalar(s, np.float32, stream=stream) for s in (2.0, 3.0)]
+    outs = [dev(np.zeros(8), stream) for _ in range(2)]
+
+    @ng.graphed(stream=stream)
+    def step(out, a):
+        axpy[1, 8, stream](x, x, out, a)
+        shift_add[1, 8, stream](x[1:], out)
+        return out
+
+    for k in range(6):
+        step(outs[k % 2], scales[k % 2])
+    entry = step._caches[next(iter(step._caches))].last_entry
+    assert len(entry.transitions) == 2
+    kept = list(_leaves([transition for _, transition in entry.transitions.values()]))
+    arrays = (*type(x).__mro__[:1], ng.DeviceScalar)
+    assert not [leaf for leaf in kept if isinstance(leaf, arrays)]

@@ -12,6 +12,7 @@ index is what the executable runs.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Any, Sequence
 
 from cuda.bindings import driver as cu
@@ -321,23 +322,25 @@ _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _
 class Change:
     """What a rebinding did to an index's nodes, to be done again
     (:meth:`NodeIndex.redo`) while they are as it found them: each changed
-    node's pointers before and after (as its ``pointers()`` gives them), and
-    each pointer value that moved. It holds no array."""
+    node's pointers before and after (as its ``pointers()`` gives them),
+    each pointer value that moved and how many slots held it. It holds no
+    array, and names its index weakly."""
 
-    __slots__ = ("index", "generation", "nodes", "back", "moved")
+    __slots__ = ("index", "generation", "nodes", "back", "moved", "held")
 
     def __init__(self, index: "NodeIndex", nodes: list[tuple[Any, Any, Any]],
-                 moved: list[tuple[int, int]]):
-        self.index, self.generation = index, index.generation
+                 moved: list[tuple[int, int]], held: list[int]):
+        self.index, self.generation = weakref.ref(index), index.generation
         self.nodes = nodes          # (entry, pointers before, pointers after)
         self.back = [(entry, before) for entry, before, _ in nodes]
         self.moved = moved          # (old value, new value)
+        self.held = held            # slots holding each old value
 
 
 def _set_back(entries: Sequence[Any], graph_exec: Any, ctx: Any) -> None:
     """Set ``entries``, holding their parameters of before again, on the
-    executable, as far as the driver lets: a node it refuses now runs what
-    it was refused for, and the index no longer vouches for it."""
+    executable, as far as the driver lets: a node whose setting back it
+    refuses goes on running the parameters it was set to last."""
     for entry in entries:
         try:
             entry.set_on(graph_exec, ctx)
@@ -389,9 +392,10 @@ class _Plan:
                 entry.write(slot, new)
         back = list(changed.values())
         index._set(back)
+        held = [len(holders[old]) for old, _ in self._moved]
         _move_holders(holders, self._moved)
         self.change = Change(index, [(entry, before, entry.pointers()) for entry, before in back],
-                             self._moved)
+                             self._moved, held)
 
 
 class NodeIndex:
@@ -441,19 +445,23 @@ class NodeIndex:
 
     def redo(self, change: Change) -> bool:
         """Make ``change`` again: set each node it changed to the pointers it
-        left. False, changing nothing, unless the nodes it changed hold the
-        pointers it found (the index changed otherwise since, or the call's
-        arrays overlap memory the graph uses besides). A node the driver
-        refuses sets every node back and raises DriverError."""
-        if change.index is not self or change.generation != self.generation:
+        left. False, changing nothing, unless the index holds what the change
+        found: the same pointers in the nodes it changed, and each value it
+        moved in as many slots. A node the driver refuses sets every node
+        back and raises DriverError."""
+        if change.index() is not self or change.generation != self.generation:
             return False
+        holders = self.holders
+        for (old, _), count in zip(change.moved, change.held):
+            if len(holders.get(old, ())) != count:
+                return False
         for entry, before, _ in change.nodes:
             if entry.pointers() != before:
                 return False
         for entry, _, after in change.nodes:
             entry.put(after)
         self._set(change.back)
-        _move_holders(self.holders, change.moved)
+        _move_holders(holders, change.moved)
         return True
 
     def _set(self, back: list[tuple[Any, Any]]) -> None:

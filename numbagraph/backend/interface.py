@@ -150,9 +150,10 @@ class Executable(Protocol):
         nodes being as that plan found them, with ``targets`` the device
         arrays its moves went to, in their order: the nodes point where the
         plan left them. False, changing nothing, where the nodes were set
-        since by anything but rebindings (new sizes, an update) or do not
-        hold what the plan found. Where the driver refuses a node, every
-        node is set back and the backend's error raised."""
+        since by anything but rebindings (new sizes, an update), or, where
+        the backend keeps the nodes' pointers (the driver), they are not
+        those the plan found. Where the driver refuses a node, every node
+        is set back and the backend's error raised."""
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
         """Give each of the graph's nodes, kernel launches, copies and fills

@@ -212,8 +212,10 @@ def make_step(nodes: int, stream: Any, grid: tuple[int, int]) -> Callable[..., N
 
 class _Arrays:
     """Two sets of three float32 device arrays of ``length`` elements on
-    ``stream``; the first ``covered`` elements of each hold a pattern of its
-    own, so that a call that used the wrong array gives the wrong output."""
+    ``stream`` (and, once the UNSEEN case asks, ``ROUND - 2`` more arrays
+    for its ``x``); the first ``covered`` elements of each hold a pattern of
+    its own, so that a call that used the wrong array gives the wrong
+    output."""
 
     def __init__(self, stream: Any, length: int, covered: int):
         self.stream = stream
