@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from . import _graphmem, _hostcalls, _rebind, _registry
 from ._rebind import Transition
@@ -34,7 +34,8 @@ class _Resources:
     graph would add to every capture."""
 
     __slots__ = ("executable", "keepalive", "spans", "launched", "memory", "launches", "fixed",
-                 "operands", "device", "lock", "source", "runners", "retired", "epoch")
+                 "operands", "device", "lock", "source", "runners", "retired", "epoch",
+                 "frees_wait")
 
     def __init__(self, executable: Any, keepalive: list, memory: Any = None, device: int = 0):
         self.executable = executable
@@ -58,6 +59,9 @@ class _Resources:
         # function's rebindings: the _rebind.Transitions kept before no
         # longer apply.
         self.epoch = 0
+        # Whether freeing the graph's arrays waits for the device (the memory
+        # manager numba gives every context), once asked.
+        self.frees_wait: bool | None = None
         # The ordinal of the graph's device, on which its memory is freed.
         self.device = device
         self.keepalive = keepalive
@@ -128,11 +132,17 @@ class _Resources:
         retired, self.retired = self.retired, None
         return retired
 
+    def _frees_wait(self) -> bool:
+        wait = self.frees_wait
+        if wait is None:
+            wait = self.frees_wait = _backend.frees_wait_for_device()
+        return wait
+
     def drop(self, keepalive: list) -> None:
         """Release ``keepalive``, which the graph no longer uses, as
         :meth:`release` does: at once where no capture runs and no launch of
         the graph needs waiting for."""
-        if not _captures and (not self.launched or _backend.frees_wait_for_device()):
+        if not _captures and (not self.launched or self._frees_wait()):
             # Under the registry's lock no capture begins while they go.
             lock = _registry.lock
             if lock.acquire(blocking=False):
@@ -744,9 +754,9 @@ class CapturedGraph:
             return self._make_moves(pairs, moves, strict, record)
 
     def _redo(self, transition: Transition, pairs: list[tuple[Any, Any]],
-              targets: list[Any]) -> bool:
+              targets: Callable[[], list[Any]]) -> bool:
         """Make ``transition`` again with ``pairs``, the same objects as the
-        rebinding it was made by (``targets``: their device arrays); False,
+        rebinding it was made by (``targets()``: their device arrays); False,
         changing nothing, where the graph changed otherwise since."""
         self._refuse_rebinding_here()
         res = self._res

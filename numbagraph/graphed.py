@@ -76,8 +76,7 @@ class _Entry:
         # Calls of the signature before the graph's first launch.
         self.before = before
         self.bound = values
-        # Position -> (pointer, start, end, device array) of each distinct
-        # array bound now.
+        # Position -> (pointer, start, end) of each distinct array bound now.
         self.spans = spans
         # The _Seen of the values bound now, where they are of fixed memory.
         self.seen = seen
@@ -97,19 +96,17 @@ class _Seen:
     """A recent call's values, for a later call given the same objects to
     skip working out its signature: each array weakly (it may be freed
     meanwhile, and its id reused), each plain value as it is; with that
-    signature and ``(position, pointer, start, end, device array)`` of each
-    distinct array, the device array weakly."""
+    signature and ``{position: (pointer, start, end)}`` of each distinct
+    array, which callers share and never change."""
 
     __slots__ = ("keys", "held", "sig", "spans", "again")
 
     def __init__(self, values: tuple, keys: tuple, sig: tuple, spans: dict[int, tuple]):
-        self.keys, self.sig = keys, sig
+        self.keys, self.sig, self.spans = keys, sig, spans
         # Whether a later call was given these values again.
         self.again = False
         self.held: tuple[tuple[Any] | weakref.ref[Any], ...] = tuple(
             (value,) if s[0] == _VALUE else weakref.ref(value) for value, s in zip(values, sig))
-        self.spans = tuple((i, ptr, start, end, weakref.ref(dev))
-                           for i, (ptr, start, end, dev) in spans.items())
 
     def spans_of(self, values: tuple, keys: tuple) -> dict[int, tuple] | None:
         """The spans of the call's arrays, if ``values`` are this call's."""
@@ -121,7 +118,7 @@ class _Seen:
                     return None
             elif held() is not value:
                 return None
-        return {i: (ptr, start, end, dev()) for i, ptr, start, end, dev in self.spans}
+        return self.spans
 
 
 class _Cache:
@@ -460,7 +457,7 @@ class GraphedFunction:
         if known is not None:
             again, transition = known
             if entry.graph._redo(transition, [(bound[i], values[i]) for i in again],
-                                 [spans[i][3] for i in again]):
+                                 lambda: [device_array_of(values[i]) for i in again]):
                 entry.bind(values, spans, seen)
                 cache.rebinds += 1
                 return None
@@ -468,13 +465,12 @@ class GraphedFunction:
         # Same signature: same layouts and sharing, so each array moves as a
         # whole to the one in its place.
         positions, pairs, moves = [], [], []
-        for i, (ptr, start, end, _) in entry.spans.items():
+        for i, (ptr, start, end) in entry.spans.items():
             old, new = bound[i], values[i]
             if old is not new:
-                new_span = spans[i]
                 positions.append(i)
                 pairs.append((old, new))
-                moves.append(Move(start, end, new_span[0] - ptr, new_span[3]))
+                moves.append(Move(start, end, spans[i][0] - ptr, device_array_of(new)))
         if not moves:
             entry.bind(values, spans, seen)
             return None
@@ -525,8 +521,7 @@ class GraphedFunction:
             j = first.setdefault(id(value), i)
             shared.append(j)
             if j == i:
-                dev = device_array_of(value)
-                spans[i] = (*span(dev), dev)
+                spans[i] = span(device_array_of(value))
                 fixed = fixed and type(value) in _FIXED
         if len(spans) > 1:
             ordered = sorted((s[1], s[2], i) for i, s in spans.items() if s[2] > s[1])

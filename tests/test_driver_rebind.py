@@ -146,6 +146,40 @@ def test_a_change_is_not_made_again_where_other_nodes_came_to_hold_what_it_moves
     assert sorted(index.holders) == [1000]
 
 
+def test_kernel_nodes_are_made_again_through_the_driver_call_itself(monkeypatch):
+    sets, refused = [], set()
+
+    def set_kernel(graph_exec, node, params):
+        sets.append(node)
+        return (1 if node in refused else 0,)
+
+    class Refused(driver_base.DriverError):
+        def __init__(self, *args):   # named without asking the driver
+            Exception.__init__(self, *args)
+
+    monkeypatch.setattr(driver_rebind, "_set_kernel", set_kernel)
+    monkeypatch.setattr(driver_rebind, "DriverError", Refused)
+    layout = [(0, 8), (8, 8)]
+    a, b = (driver_rebind._Kernel(name, cu.CUDA_KERNEL_NODE_PARAMS(), words(1000, 7), layout)
+            for name in ("a", "b"))
+    index = Index(a, b)
+    there = index.plan([Move(1000, 1008, 64, None)])
+    there.apply()
+    index.plan([Move(1064, 1072, -64, None)]).apply()
+    sets.clear()
+    assert index.redo(there.change)
+    assert sets == ["a", "b"] and values(a) == [1064, 7] and values(b) == [1064, 7]
+    pointers = ctypes.cast(a.params.kernelParams, ctypes.POINTER(ctypes.c_void_p))
+    assert ctypes.c_uint64.from_address(pointers[0]).value == 1064
+    index.plan([Move(1064, 1072, -64, None)]).apply()
+    refused.add("b")
+    sets.clear()
+    with pytest.raises(driver_base.DriverError):
+        index.redo(there.change)
+    assert sets == ["a", "b", "a"]      # a set, b refused, a set back
+    assert values(a) == [1000, 7] and values(b) == [1000, 7]
+
+
 def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
     a, b = kernel(1000), kernel(1000, 3000)
     index = Index(a, b)

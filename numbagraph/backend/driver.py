@@ -320,7 +320,7 @@ class Executable:
             self.device_nodes.due = True  # an update from the host: upload again
         return self._node_index().plan(moves)
 
-    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+    def redo_rebind(self, change: Any, targets: Callable[[], Sequence[Any]]) -> bool:
         """Make the change a rebinding's plan made (``plan.change``) again;
         False, changing nothing, where the nodes were set otherwise since."""
         index = self._index

@@ -111,13 +111,14 @@ class _Kernel:
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
     __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw", "length", "plan",
-                 "_words",
+                 "_words", "_bytes",
                  "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
         self.node, self.layout = node, layout
         self.buffer = ctypes.create_string_buffer(raw, max(-(-len(raw) // 8) * 8, 8))
-        self._words = memoryview(self.buffer).cast("B").cast("Q")
+        self._bytes = memoryview(self.buffer).cast("B")
+        self._words = self._bytes.cast("Q")
         base = ctypes.addressof(self.buffer)
         self._pointers = (ctypes.c_void_p * max(len(layout), 1))(
             *[base + offset for offset, _ in layout])
@@ -154,7 +155,7 @@ class _Kernel:
                 if new != was:
                     setattr(p, field, new)
             self.dims = dims
-        ctypes.memmove(self.buffer, raw, len(raw))
+        self._bytes[:len(raw)] = raw
         self.raw = raw
 
     @classmethod
@@ -191,7 +192,7 @@ class _Kernel:
     def put(self, raw: bytes) -> None:
         """Hold the parameters ``raw`` (from :meth:`pointers`), the
         dimensions unchanged."""
-        ctypes.memmove(self.buffer, raw, len(raw))
+        self._bytes[:len(raw)] = raw
         self.raw = raw
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
@@ -455,12 +456,28 @@ class NodeIndex:
         for (old, _), count in zip(change.moved, change.held):
             if len(holders.get(old, ())) != count:
                 return False
-        for entry, before, _ in change.nodes:
-            if entry.pointers() != before:
+        nodes = change.nodes
+        for entry, before, _ in nodes:
+            if ((entry.raw if type(entry) is _Kernel else b"") or entry.pointers()) != before:
                 return False
-        for entry, _, after in change.nodes:
-            entry.put(after)
-        self._set(change.back)
+        graph_exec, ctx = self.graph_exec, self.ctx
+        done = 0
+        try:
+            for entry, _, after in nodes:
+                if type(entry) is _Kernel:
+                    # Inline: kernel nodes are most of a rebinding.
+                    entry._bytes[:len(after)] = after
+                    entry.raw = after
+                    err, = _set_kernel(graph_exec, entry.node, entry.params)
+                    if err:
+                        raise DriverError("cuGraphExecKernelNodeSetParams", err)
+                else:
+                    entry.put(after)
+                    entry.set_on(graph_exec, ctx)
+                done += 1
+        except DriverError:
+            self._set_back(change.back, done)
+            raise
         _move_holders(holders, change.moved)
         return True
 
@@ -477,11 +494,17 @@ class NodeIndex:
                 entry.set_on(graph_exec, ctx)
                 done += 1
         except DriverError:
-            for entry, before in back:
-                entry.put(before)
-            _set_back([entry for entry, _ in back[:done]], graph_exec, ctx)
-            self.generation += 1
+            self._set_back(back, done)
             raise
+
+    def _set_back(self, back: list[tuple[Any, Any]], done: int) -> None:
+        """After the driver refused the node after the first ``done`` of
+        ``back``: every entry gets its pointers of before back, the ``done``
+        set are set back, and no Change made before applies any more."""
+        for entry, before in back:
+            entry.put(before)
+        _set_back([entry for entry, _ in back[:done]], self.graph_exec, self.ctx)
+        self.generation += 1
 
     def reparameterise(self, taken: Sequence[Any], num_nodes: int) -> str | None:
         """Give each kernel, copy and fill node, in the order the capture

@@ -145,11 +145,11 @@ class Executable(Protocol):
         arguments, copies, fills and conditional bodies alike), changing
         nothing until the plan is applied. The graph is instantiated first."""
 
-    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+    def redo_rebind(self, change: Any, targets: Callable[[], Sequence[Any]]) -> bool:
         """Make ``change`` (an applied plan's ``change``) again, the graph's
-        nodes being as that plan found them, with ``targets`` the device
-        arrays its moves went to, in their order: the nodes point where the
-        plan left them. False, changing nothing, where the nodes were set
+        nodes being as that plan found them, ``targets()`` giving the device
+        arrays its moves went to, in their order (asked only by a backend
+        that needs them): the nodes point where the plan left them. False, changing nothing, where the nodes were set
         since by anything but rebindings (new sizes, an update), or, where
         the backend keeps the nodes' pointers (the driver), they are not
         those the plan found. Where the driver refuses a node, every node

@@ -248,13 +248,13 @@ class Executable:
     def plan_rebind(self, moves: Sequence[Move]) -> "_Plan":
         return _Plan(self, moves)
 
-    def redo_rebind(self, change: Any, targets: Sequence[Any]) -> bool:
+    def redo_rebind(self, change: Any, targets: Callable[[], Sequence[Any]]) -> bool:
         """The calls rebuilt again over ``targets`` by the moves of
         ``change``, which names this executable weakly and holds no array."""
         owner, generation, moves = change
         if owner() is not self or generation != self.generation:
             return False
-        _Plan(self, [Move(*move, target) for move, target in zip(moves, targets)]).apply()
+        _Plan(self, [Move(*move, target) for move, target in zip(moves, targets())]).apply()
         return True
 
     def reparameterise(self, launches: Sequence[Any]) -> str | None:
