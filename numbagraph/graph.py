@@ -745,7 +745,9 @@ class CapturedGraph:
         """Make ``moves``, checked already, one per pair of ``pairs``; with
         ``record`` (a graphed function's rebinding), return the
         :class:`~numbagraph._rebind.Transition` that makes it again, or None
-        where the graph's device nodes need it made whole each time."""
+        where it cannot be made again (nothing moved, device nodes that need
+        it made whole each time, new arrays over memory the graph uses
+        besides)."""
         self._refuse_rebinding_here()
         if not moves:
             self._executable()

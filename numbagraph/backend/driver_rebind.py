@@ -155,8 +155,7 @@ class _Kernel:
                 if new != was:
                     setattr(p, field, new)
             self.dims = dims
-        self._bytes[:len(raw)] = raw
-        self.raw = raw
+        self.put(raw)
 
     @classmethod
     def of(cls, node: Any, source: Any) -> "_Kernel":
@@ -327,13 +326,12 @@ class Change:
     each pointer value that moved and how many slots held it. It holds no
     array, and names its index weakly."""
 
-    __slots__ = ("index", "generation", "nodes", "back", "moved", "held")
+    __slots__ = ("index", "generation", "nodes", "moved", "held")
 
     def __init__(self, index: "NodeIndex", nodes: list[tuple[Any, Any, Any]],
                  moved: list[tuple[int, int]], held: list[int]):
         self.index, self.generation = weakref.ref(index), index.generation
         self.nodes = nodes          # (entry, pointers before, pointers after)
-        self.back = [(entry, before) for entry, before, _ in nodes]
         self.moved = moved          # (old value, new value)
         self.held = held            # slots holding each old value
 
@@ -458,7 +456,7 @@ class NodeIndex:
                 return False
         nodes = change.nodes
         for entry, before, _ in nodes:
-            if ((entry.raw if type(entry) is _Kernel else b"") or entry.pointers()) != before:
+            if entry.pointers() != before:
                 return False
         graph_exec, ctx = self.graph_exec, self.ctx
         done = 0
@@ -476,7 +474,7 @@ class NodeIndex:
                     entry.set_on(graph_exec, ctx)
                 done += 1
         except DriverError:
-            self._set_back(change.back, done)
+            self._set_back([(entry, before) for entry, before, _ in nodes], done)
             raise
         _move_holders(holders, change.moved)
         return True
