@@ -129,20 +129,25 @@ def test_three_side_streams_each_write_a_quarter(streams, x, out):
 
 def test_nested_forks_fork_from_the_block_around_them(streams, x, out):
     s, s2, s3, s4 = streams
+    far = cuda.to_device(np.zeros(N, np.float32), stream=s)
+    far_out = cuda.to_device(np.zeros(1, np.float32), stream=s)
     with ng.capture(s) as cap:
         with ng.fork(s2) as outer:
             add_range[1, N, s2](x, 0, N // 2, np.float32(1.0))
             with ng.fork(s3) as inner:
                 add_range[1, N, s3](x, N // 2, N, np.float32(2.0))
                 with ng.fork(s4, parent=s):       # named: from the capture's stream
-                    add_range[1, N, s4](x, 0, N, np.float32(10.0))
+                    # Its own array: it runs beside the adds of s2 and s3.
+                    add_range[1, N, s4](far, 0, N, np.float32(10.0))
             assert inner._parent is s2 and outer._parent is s
             add_range[1, N, s2](x, 0, N // 2, np.float32(1.0))   # after s3 joined s2
         total[1, 1, s](x, out)
+        total[1, 1, s](far, far_out)                  # after s4 joined s
     cap.graph.launch()
-    expected = np.r_[np.full(N // 2, 12.0), np.full(N // 2, 12.0)]
+    expected = np.r_[np.full(N // 2, 2.0), np.full(N // 2, 2.0)]
     np.testing.assert_array_equal(host(x, s), expected)
     assert host(out, s)[0] == expected.sum()
+    assert host(far_out, s)[0] == 10.0 * N
 
 
 def test_launches_ops_scalars_and_graph_memory_on_a_forked_stream_are_the_graph_s(
@@ -453,7 +458,7 @@ def test_a_stream_forked_and_joined_leaves_the_capture_at_a_conditional_block(st
         add_range[1, N, s2](x, 0, N, np.float32(5.0))  # s2 runs at once now
         with ng.fork(s2):                              # and may fork again
             add_range[1, N, s2](x, 0, N, np.float32(1.0))
-    np.testing.assert_array_equal(host(x, s), 5.0)
+    np.testing.assert_array_equal(host(x, s2), 5.0)   # read where it was written
     cap.graph.launch()
     np.testing.assert_array_equal(host(x, s), 7.0)
 
