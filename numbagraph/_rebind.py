@@ -234,18 +234,18 @@ def transition_of(epoch: int, change: Any, spans: list[list], held: list[tuple[l
 
 
 def redo_transition(transition: Transition, spans: list[list], keepalive: list,
-                    pairs: list[tuple[Any, Any]]) -> list:
+                    news: list[Any]) -> list:
     """Put the graph's ``spans``, scalars and places where ``transition``
-    left them, each holding the new object of its pair; returns the objects
-    let go."""
+    left them, each holding the new object (``news``, by the index of its
+    pair in the rebinding that made it); returns the objects let go."""
     replaced = []
     for k, start, end, i in transition.spans:
         span = spans[k]
         replaced.append(span[2])
-        span[0], span[1], span[2] = start, end, pairs[i][1]
+        span[0], span[1], span[2] = start, end, news[i]
     for k, i in transition.scalars:
         replaced.append(keepalive[k])
-        keepalive[k] = pairs[i][1]
+        keepalive[k] = news[i]
     for where, start, end in transition.places:
         where[0], where[1] = start, end
     return replaced

@@ -755,25 +755,38 @@ class CapturedGraph:
         with _Held(self._res):
             return self._make_moves(pairs, moves, strict, record)
 
-    def _redo(self, transition: Transition, pairs: list[tuple[Any, Any]],
+    def _redo(self, transition: Transition, news: list[Any],
               targets: Callable[[], list[Any]]) -> bool:
-        """Make ``transition`` again with ``pairs``, the same objects as the
-        rebinding it was made by (``targets()``: their device arrays); False,
-        changing nothing, where the graph changed otherwise since."""
-        self._refuse_rebinding_here()
+        """Make ``transition`` again, to ``news``, the new objects of the
+        rebinding it was made by (``targets()``: their device arrays);
+        False, changing nothing, where the graph changed otherwise since."""
+        if _host_attention[0] or _captures:
+            self._refuse_rebinding_here()
         res = self._res
+        if res.source is None:
+            # A graph that runs its own definition: its lock alone.
+            with res.lock:
+                if res.source is None:
+                    return self._redo_held(transition, news, targets)
         with _Held(res):
-            self._executable()
-            spans = res.spans
-            if res.epoch != transition.epoch or spans is None:
+            return self._redo_held(transition, news, targets)
+
+    def _redo_held(self, transition: Transition, news: list[Any],
+                   targets: Callable[[], list[Any]]) -> bool:
+        res = self._res
+        executable = res.executable
+        if executable is None:
+            self._executable()  # raises
+        spans = res.spans
+        if res.epoch != transition.epoch or spans is None:
+            return False
+        try:
+            if not executable.redo_rebind(transition.change, targets):
                 return False
-            try:
-                if not res.executable.redo_rebind(transition.change, targets):
-                    return False
-            except Exception as exc:
-                raise _refused(exc) from exc
-            res.drop(_rebind.redo_transition(transition, spans, res.keepalive, pairs))
-            return True
+        except Exception as exc:
+            raise _refused(exc) from exc
+        res.drop(_rebind.redo_transition(transition, spans, res.keepalive, news))
+        return True
 
     def _refuse_rebinding_here(self) -> None:
         if _host_attention[0]:

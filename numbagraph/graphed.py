@@ -280,6 +280,51 @@ _TRANSITIONS = 16
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
 
+def _redone(entry: _Entry, key: tuple, values: tuple) -> bool:
+    """Whether ``entry``'s graph made the rebinding it kept under ``key``
+    again, to the call's ``values``; False, nothing changed, where it kept
+    none or the graph changed otherwise since (it then forgets them all)."""
+    known = entry.transitions.get(key)
+    if known is None:
+        return False
+    again, transition = known
+    if entry.graph._redo(transition, [values[i] for i in again],
+                         lambda: [device_array_of(values[i]) for i in again]):
+        return True
+    entry.transitions.clear()
+    return False
+
+
+def _again(cache: _Cache, values: tuple, keys: tuple) -> _Entry | None:
+    """The call made, its graph launched, where ``values`` are those of a
+    recent call of the graph's signature and the graph keeps the rebinding
+    from the values it holds to them: its entry. None, nothing changed,
+    where not: the call is worked out in full."""
+    found = cache.seen
+    for k, seen in enumerate(found):
+        spans = seen.spans_of(values, keys)
+        if spans is not None:
+            break
+    else:
+        return None
+    sig = seen.sig
+    entry = cache.entries.get(sig)
+    if entry is None or entry.seen is None or not _redone(entry, (entry.seen, seen), values):
+        return None
+    seen.again = True
+    if k:  # the latest used first
+        found.insert(0, found.pop(k))
+    cache.last_entry = None  # no call takes the hot path until the graph launched
+    cache.entries.move_to_end(sig)
+    entry.bound, entry.spans, entry.seen = values, spans, seen
+    cache.rebinds += 1
+    cache.hits += 1
+    entry.launch()
+    cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
+    cache.last_keys = keys
+    return entry
+
+
 def _close(entry: _Entry, why: str) -> None:
     """Close an entry's graph, saying why to the results that outlive it."""
     memory = entry.graph._res.memory
@@ -388,6 +433,15 @@ class GraphedFunction:
                     if type(plan) is int:
                         return values[plan]
                     return None if plan is None else _result_of(plan, values)
+            # Next (arrays taking turns): the values of a recent call, and a
+            # rebinding to them the graph made before, made again.
+            if cache.seen and not _graphmem.held[0]:
+                again = _again(cache, values, keys)
+                if again is not None:
+                    plan = again.result
+                    if type(plan) is int:
+                        return values[plan]
+                    return None if plan is None else _result_of(plan, values)
             return self._call(cache, stream, args, kwargs, keys, values)
 
     def _cache(self, handle: int) -> _Cache:
@@ -453,15 +507,10 @@ class GraphedFunction:
         is captured instead)."""
         bound = entry.bound
         key = (entry.seen, seen)
-        known = entry.transitions.get(key) if seen is not None else None
-        if known is not None:
-            again, transition = known
-            if entry.graph._redo(transition, [(bound[i], values[i]) for i in again],
-                                 lambda: [device_array_of(values[i]) for i in again]):
-                entry.bind(values, spans, seen)
-                cache.rebinds += 1
-                return None
-            entry.transitions.clear()  # the graph changed otherwise since
+        if seen is not None and _redone(entry, key, values):
+            entry.bind(values, spans, seen)
+            cache.rebinds += 1
+            return None
         # Same signature: same layouts and sharing, so each array moves as a
         # whole to the one in its place.
         positions, pairs, moves = [], [], []

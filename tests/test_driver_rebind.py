@@ -242,6 +242,28 @@ def test_copies_and_fills_are_made_again_with_kernels():
     assert sorted(index.holders) == [3000, 5096, 5112]
 
 
+def test_copies_and_fills_made_again_hold_parameters_made_ready_once_and_copy_them_to_write():
+    f, c = memset(1000), memcpy(3000, 1016)
+    index = Index(f, c)
+    there = index.plan([Move(1000, 1064, 4096, None)])
+    there.apply()
+    back = index.plan([Move(5096, 5160, -4096, None)])
+    back.apply()
+    for _ in range(3):
+        assert index.redo(there.change) and index.redo(back.change)
+    assert index.redo(there.change)
+    ready = there.change.prepared
+    assert f.params is ready[0] and c.params is ready[1]
+    assert values(f) == [5096] and values(c) == [3000, 5112]
+    # A rebinding worked out writes into copies: what the change set stays.
+    index.plan([Move(5096, 5160, 8192, None)]).apply()
+    assert values(f) == [13288] and values(c) == [3000, 13304]
+    assert f.params is not ready[0] and c.params is not ready[1]
+    assert int(ready[0].dst) == 5096 and int(ready[1].dstDevice) == 5112
+    assert f.pointers() == (13288,) and c.pointers() == (3000, 13304)
+    assert not index.redo(back.change)     # the nodes hold other pointers now
+
+
 def test_a_packed_parameter_buffer_is_found_in_extra():
     packed = ctypes.create_string_buffer(words(3, 4))
     size = ctypes.c_size_t(16)

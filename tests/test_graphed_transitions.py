@@ -10,6 +10,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from numbagraph.errors import GraphedWarning
 from numbagraph.graph import CapturedGraph
 
 
@@ -201,3 +202,49 @@ def test_what_a_graph_keeps_of_its_rebindings_names_no_array(stream):
     kept = list(_leaves([transition for _, transition in entry.transitions.values()]))
     arrays = (*type(x).__mro__[:1], ng.DeviceScalar)
     assert not [leaf for leaf in kept if isinstance(leaf, arrays)]
+
+
+def test_two_signatures_taking_turns_each_make_their_own_rebindings_again(stream, moves):
+    small = [tuple(dev(np.arange(8) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
+    large = [tuple(dev(np.arange(16) + 100 * k + j, stream) for j in range(3)) for k in range(2)]
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream)
+    def step(x, y, out):
+        axpy[1, 16, stream](x, y, out, two)
+
+    worked_out = []
+    for call in range(16):
+        # The signatures alternate: no call finds its arrays in the call before.
+        x, y, out = (small if call % 2 == 0 else large)[(call // 2) % 2]
+        step(x, y, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+        worked_out.append(moves[0])
+    assert worked_out[-1] == worked_out[7]
+    info = step.cache_info()
+    assert (info.captures, info.graphs, info.evictions) == (2, 2, 0)
+
+
+def test_a_graph_evicted_between_calls_is_captured_again_not_made_again(stream, moves):
+    small = [tuple(dev(np.arange(8) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
+    large = tuple(dev(np.arange(16) + j, stream) for j in range(3))
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream, max_graphs=1, warmup=0)
+    def step(x, y, out):
+        axpy[1, 16, stream](x, y, out, two)
+
+    for call in range(4):
+        step(*small[call % 2])
+    with pytest.warns(GraphedWarning, match="closed the least recently used"):
+        step(*large)             # evicts the graph of the small arrays
+    for call in range(4):
+        x, y, out = small[call % 2]
+        if call == 0:
+            with pytest.warns(GraphedWarning, match="closed the least recently used"):
+                step(x, y, out)
+        else:
+            step(x, y, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+    info = step.cache_info()
+    assert info.evictions == 2 and info.captures == 3 and info.graphs == 1

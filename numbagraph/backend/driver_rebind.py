@@ -200,13 +200,40 @@ class _Kernel:
             raise DriverError("cuGraphExecKernelNodeSetParams", err)
 
 
-class _Memcpy:
+class _Prepared:
+    """A copy or fill node's parameters: a driver struct, which may be one a
+    Change made ready for the state it sets (``shared``), copied before the
+    entry writes into it; and its pointers, where known (``raw``)."""
+
+    __slots__ = ("node", "params", "slots", "raw", "shared")
+    _FIELDS: tuple[str, ...] = ()
+
+    def _own(self) -> Any:
+        """The parameters, the entry's own to write into."""
+        self.raw = None
+        if self.shared:
+            self.params, self.shared = _copied(self.params, self._FIELDS), False
+        return self.params
+
+    def prepared(self) -> Any:
+        """A copy of the parameters, for a Change to set them with again."""
+        return _copied(self.params, self._FIELDS)
+
+    def hold(self, params: Any, raw: tuple) -> None:
+        """Hold ``params`` (from :meth:`prepared`, with pointers ``raw``)
+        as the parameters, without copying them."""
+        self.params, self.raw, self.shared = params, raw, True
+
+
+class _Memcpy(_Prepared):
     """A copy node's parameters; its slots are its device ends."""
 
-    __slots__ = ("node", "params", "slots")
+    __slots__ = ()
+    _FIELDS = _MEMCPY_FIELDS
 
     def __init__(self, node: Any, params: Any):
         self.node, self.params = node, _copied(params, _MEMCPY_FIELDS)
+        self.raw, self.shared = None, False
         self.slots = [end + "Device" for end in ("src", "dst")
                       if getattr(params, end + "MemoryType") in _DEVICE_MEMORY]
 
@@ -222,14 +249,19 @@ class _Memcpy:
         return int(getattr(self.params, slot))
 
     def write(self, slot: str, value: int) -> None:
-        setattr(self.params, slot, cu.CUdeviceptr(value))
+        setattr(self._own(), slot, cu.CUdeviceptr(value))
 
     def pointers(self) -> tuple:
-        return tuple([int(getattr(self.params, slot)) for slot in self.slots])
+        raw = self.raw
+        if raw is None:
+            raw = self.raw = tuple([int(getattr(self.params, slot)) for slot in self.slots])
+        return raw
 
     def put(self, values: tuple) -> None:
+        params = self._own()
         for slot, value in zip(self.slots, values):
-            setattr(self.params, slot, cu.CUdeviceptr(value))
+            setattr(params, slot, cu.CUdeviceptr(value))
+        self.raw = tuple(values)
 
     def state(self) -> tuple:
         """(source, target, bytes) of a one-row copy."""
@@ -249,7 +281,7 @@ class _Memcpy:
         return item[2], item[1], item[3]
 
     def assign(self, state: tuple) -> None:
-        p = self.params
+        p = self._own()
         p.srcDevice = cu.CUdeviceptr(state[0])
         if "dstDevice" in self.slots:
             p.dstDevice = cu.CUdeviceptr(state[1])
@@ -265,13 +297,15 @@ class _Memcpy:
             raise DriverError("cuGraphExecMemcpyNodeSetParams", err)
 
 
-class _Memset:
+class _Memset(_Prepared):
     """A fill node's parameters; its one slot is its destination."""
 
-    __slots__ = ("node", "params", "slots")
+    __slots__ = ()
+    _FIELDS = _MEMSET_FIELDS
 
     def __init__(self, node: Any, params: Any):
         self.node, self.params = node, _copied(params, _MEMSET_FIELDS)
+        self.raw, self.shared = None, False
         self.slots = ["dst"]
 
     @classmethod
@@ -286,13 +320,17 @@ class _Memset:
         return int(self.params.dst)
 
     def write(self, slot: str, value: int) -> None:
-        self.params.dst = cu.CUdeviceptr(value)
+        self._own().dst = cu.CUdeviceptr(value)
 
     def pointers(self) -> tuple:
-        return (int(self.params.dst),)
+        raw = self.raw
+        if raw is None:
+            raw = self.raw = (int(self.params.dst),)
+        return raw
 
     def put(self, values: tuple) -> None:
-        self.params.dst = cu.CUdeviceptr(values[0])
+        self._own().dst = cu.CUdeviceptr(values[0])
+        self.raw = (values[0],)
 
     def state(self) -> tuple:
         """(target, bytes) of a one-row fill of bytes."""
@@ -307,8 +345,9 @@ class _Memset:
         return item[1], item[3]
 
     def assign(self, state: tuple) -> None:
-        self.params.dst = cu.CUdeviceptr(state[0])
-        self.params.width = state[1]
+        p = self._own()
+        p.dst = cu.CUdeviceptr(state[0])
+        p.width = state[1]
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
         err, = _set_memset(graph_exec, self.node, self.params, ctx)
@@ -326,7 +365,7 @@ class Change:
     each pointer value that moved and how many slots held it. It holds no
     array, and names its index weakly."""
 
-    __slots__ = ("index", "generation", "nodes", "moved", "held")
+    __slots__ = ("index", "generation", "nodes", "moved", "held", "prepared")
 
     def __init__(self, index: "NodeIndex", nodes: list[tuple[Any, Any, Any]],
                  moved: list[tuple[int, int]], held: list[int]):
@@ -334,6 +373,9 @@ class Change:
         self.nodes = nodes          # (entry, pointers before, pointers after)
         self.moved = moved          # (old value, new value)
         self.held = held            # slots holding each old value
+        # Per node, a copy or fill's parameters after the change, made
+        # ready the first time it is made again (None: not yet, or a kernel).
+        self.prepared: list[Any] = [None] * len(nodes)
 
 
 def _set_back(entries: Sequence[Any], graph_exec: Any, ctx: Any) -> None:
@@ -352,7 +394,11 @@ def _move_holders(holders: dict[int, list[tuple[Any, Any]]],
     """Every moved value's holders now hold the new one."""
     taken = [(new, holders.pop(old)) for old, new in moved]
     for new, refs in taken:
-        holders.setdefault(new, []).extend(refs)
+        there = holders.get(new)
+        if there is None:
+            holders[new] = refs
+        else:
+            there.extend(refs)
 
 
 class _Plan:
@@ -450,15 +496,19 @@ class NodeIndex:
         back and raises DriverError."""
         if change.index() is not self or change.generation != self.generation:
             return False
-        holders = self.holders
+        holders = self._holders
+        if holders is None:
+            holders = self.holders
         for (old, _), count in zip(change.moved, change.held):
             if len(holders.get(old, ())) != count:
                 return False
         nodes = change.nodes
         for entry, before, _ in nodes:
-            if entry.pointers() != before:
+            # A kernel entry's packed parameters, where it holds them.
+            if (type(entry) is _Kernel and entry.raw or entry.pointers()) != before:
                 return False
         graph_exec, ctx = self.graph_exec, self.ctx
+        prepared = change.prepared
         done = 0
         try:
             for entry, _, after in nodes:
@@ -469,6 +519,15 @@ class NodeIndex:
                     err, = _set_kernel(graph_exec, entry.node, entry.params)
                     if err:
                         raise DriverError("cuGraphExecKernelNodeSetParams", err)
+                elif isinstance(entry, _Prepared):
+                    # Copies and fills are set with their parameters made
+                    # ready once, which the entry holds until it writes.
+                    params = prepared[done]
+                    if params is None:
+                        entry.put(after)
+                        params = prepared[done] = entry.prepared()
+                    entry.hold(params, after)
+                    entry.set_on(graph_exec, ctx)
                 else:
                     entry.put(after)
                     entry.set_on(graph_exec, ctx)
