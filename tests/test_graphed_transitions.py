@@ -248,3 +248,34 @@ def test_a_graph_evicted_between_calls_is_captured_again_not_made_again(stream, 
         np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
     info = step.cache_info()
     assert info.evictions == 2 and info.captures == 3 and info.graphs == 1
+
+
+def test_arrays_brought_back_take_the_short_way_past_the_full_call(stream, monkeypatch):
+    from numbagraph.graphed import GraphedFunction
+    sets = [tuple(dev(np.arange(16) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream)
+    def step(x, y, out):
+        axpy[1, 16, stream](x, y, out, two)
+
+    for call in range(4):
+        step(*sets[call % 2])
+    full = [0]
+    original = GraphedFunction._call
+
+    def counted(self, *args):
+        full[0] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(GraphedFunction, "_call", counted)
+    for call in range(6):
+        x, y, out = sets[call % 2]
+        step(x, y, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+    assert full[0] == 0
+    info = step.cache_info()
+    assert (info.captures, info.rebinds, info.hits) == (1, 8, 8)
+    # Arrays in a combination no call gave before: the call is worked out.
+    step(sets[0][0], sets[0][1], sets[1][2])
+    assert full[0] == 1
