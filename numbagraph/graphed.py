@@ -295,29 +295,37 @@ def _redone(entry: _Entry, key: tuple, values: tuple) -> bool:
     return False
 
 
-def _again(cache: _Cache, values: tuple, keys: tuple) -> _Entry | None:
-    """The call made, its graph launched, where ``values`` are those of a
-    recent call of the graph's signature and the graph keeps the rebinding
-    from the values it holds to them: its entry. None, nothing changed,
-    where not: the call is worked out in full."""
+def _recent(cache: _Cache, values: tuple, keys: tuple) -> _Seen | None:
+    """The remembered call given ``values``, made the latest used and
+    marked as given again; None where none was."""
     found = cache.seen
     for k, seen in enumerate(found):
-        spans = seen.spans_of(values, keys)
-        if spans is not None:
-            break
-    else:
-        return None
+        if seen.spans_of(values, keys) is not None:
+            seen.again = True
+            if k:  # the latest used first
+                found.insert(0, found.pop(k))
+            return seen
+    return None
+
+
+def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple) -> _Entry | None:
+    """The call of the values ``seen`` knows made, its graph launched, where
+    the graph of their signature is bound to them or keeps the rebinding
+    from the values it holds to them: its entry. None where not: the call
+    is worked out in full."""
     sig = seen.sig
     entry = cache.entries.get(sig)
-    if entry is None or entry.seen is None or not _redone(entry, (entry.seen, seen), values):
+    if entry is None or entry.seen is None:
         return None
-    seen.again = True
-    if k:  # the latest used first
-        found.insert(0, found.pop(k))
-    cache.last_entry = None  # no call takes the hot path until the graph launched
+    # As the full call does: the graph is the latest used, and no call
+    # takes the hot path until it launched.
+    cache.last_entry = cache.last_values = None
     cache.entries.move_to_end(sig)
-    entry.bound, entry.spans, entry.seen = values, spans, seen
-    cache.rebinds += 1
+    if entry.seen is not seen:
+        if not _redone(entry, (entry.seen, seen), values):
+            return None
+        cache.rebinds += 1
+    entry.bind(values, seen.spans, seen)
     cache.hits += 1
     entry.launch()
     cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
@@ -435,14 +443,16 @@ class GraphedFunction:
                     return None if plan is None else _result_of(plan, values)
             # Next (arrays taking turns): the values of a recent call, and a
             # rebinding to them the graph made before, made again.
-            if cache.seen and not _graphmem.held[0]:
-                again = _again(cache, values, keys)
+            searched = bool(cache.seen) and not _graphmem.held[0]
+            recent = _recent(cache, values, keys) if searched else None
+            if recent is not None:
+                again = _again(cache, recent, values, keys)
                 if again is not None:
                     plan = again.result
                     if type(plan) is int:
                         return values[plan]
                     return None if plan is None else _result_of(plan, values)
-            return self._call(cache, stream, args, kwargs, keys, values)
+            return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
 
     def _cache(self, handle: int) -> _Cache:
         key = _registry.key_of(handle)
@@ -453,10 +463,12 @@ class GraphedFunction:
         return cache
 
     def _call(self, cache: _Cache, stream: Any, args: tuple, kwargs: dict, keys: tuple,
-              values: tuple) -> Any:
+              values: tuple, recent: _Seen | None = None, searched: bool = False) -> Any:
+        """The call worked out: ``recent``, where ``searched``, is the
+        remembered call given these values (``_recent``)."""
         if _graphmem.held[0]:
             _refuse_graph_memory(values, lambda i: _name_of(i, len(args), keys), self._name)
-        sig, spans, seen = self._signature(cache, values, len(args), keys)
+        sig, spans, seen = self._signature(cache, values, len(args), keys, recent, searched)
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
@@ -539,8 +551,9 @@ class GraphedFunction:
         return None
 
     @staticmethod
-    def _signature(cache: _Cache, values: tuple, nargs: int,
-                   keys: tuple) -> tuple[tuple, dict[int, tuple], _Seen | None]:
+    def _signature(cache: _Cache, values: tuple, nargs: int, keys: tuple,
+                   recent: _Seen | None = None,
+                   searched: bool = False) -> tuple[tuple, dict[int, tuple], _Seen | None]:
         """A call's signature, ``(pointer, start, end, device array)`` of
         each distinct array by its first position, and the :class:`_Seen`
         that knows these values (None where their memory may change). The signature ends with
@@ -550,14 +563,12 @@ class GraphedFunction:
 
         A call with the objects of one of the latest calls has that call's
         signature and spans, as long as its arrays are of types whose layout
-        and memory are fixed for their life."""
-        for k, seen in enumerate(cache.seen):
-            spans = seen.spans_of(values, keys)
-            if spans is not None:
-                seen.again = True
-                if k:  # the latest used first
-                    cache.seen.insert(0, cache.seen.pop(k))
-                return seen.sig, spans, seen
+        and memory are fixed for their life: ``recent``, where the latest
+        calls were ``searched`` already."""
+        if not searched:
+            recent = _recent(cache, values, keys)
+        if recent is not None:
+            return recent.sig, recent.spans, recent
         sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
         first: dict[int, int] = {}
         spans = {}

@@ -279,3 +279,30 @@ def test_arrays_brought_back_take_the_short_way_past_the_full_call(stream, monke
     # Arrays in a combination no call gave before: the call is worked out.
     step(sets[0][0], sets[0][1], sets[1][2])
     assert full[0] == 1
+
+
+def test_a_rebinding_made_again_that_raises_leaves_the_function_usable(stream, monkeypatch):
+    from numbagraph.errors import RebindError
+    sets = [tuple(dev(np.arange(16) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream)
+    def step(x, y, out):
+        axpy[1, 16, stream](x, y, out, two)
+
+    for call in range(4):
+        step(*sets[call % 2])
+    original = CapturedGraph._redo
+
+    def refused(self, *args):
+        raise RebindError("refused by the driver, the graph unchanged")
+
+    monkeypatch.setattr(CapturedGraph, "_redo", refused)
+    with pytest.raises(RebindError, match="refused"):
+        step(*sets[0])
+    monkeypatch.setattr(CapturedGraph, "_redo", original)
+    for k in (1, 1, 0, 1):      # the graph is bound to sets[1] still
+        x, y, out = sets[k]
+        out.copy_to_device(np.zeros(16, np.float32), stream=stream)
+        step(x, y, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))

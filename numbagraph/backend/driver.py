@@ -324,7 +324,7 @@ class Executable:
         """Make the change a rebinding's plan made (``plan.change``) again;
         False, changing nothing, where the nodes were set otherwise since."""
         index = self._index
-        if index is None:
+        if index is None or change.index() is not index:
             return False
         if self.device_nodes is not None:
             self.device_nodes.due = True

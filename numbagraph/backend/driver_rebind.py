@@ -207,6 +207,11 @@ class _Prepared:
 
     __slots__ = ("node", "params", "slots", "raw", "shared")
     _FIELDS: tuple[str, ...] = ()
+    node: Any
+    params: Any
+    slots: list[str]
+    raw: tuple[int, ...] | None
+    shared: bool
 
     def _own(self) -> Any:
         """The parameters, the entry's own to write into."""
