@@ -204,21 +204,37 @@ def test_what_a_graph_keeps_of_its_rebindings_names_no_array(stream):
     assert not [leaf for leaf in kept if isinstance(leaf, arrays)]
 
 
-def test_two_signatures_taking_turns_each_make_their_own_rebindings_again(stream, moves):
-    small = [tuple(dev(np.arange(8) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
-    large = [tuple(dev(np.arange(16) + 100 * k + j, stream) for j in range(3)) for k in range(2)]
+def triples(stream, count, n=16, base=10):
+    """``count`` sets of three arrays of ``n`` float32, each its own values."""
+    return [tuple(dev(np.arange(n) + base * k + j, stream) for j in range(3))
+            for k in range(count)]
+
+
+def axpy_step(stream, **options):
+    """``step(x, y, out)``: out = 2 x + y, graphed on ``stream``."""
     two = ng.DeviceScalar(2.0, np.float32, stream=stream)
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, **options)
     def step(x, y, out):
         axpy[1, 16, stream](x, y, out, two)
 
+    return step
+
+
+def called(step, arrays, stream):
+    """Call ``step`` with ``arrays`` and check what it wrote."""
+    x, y, out = arrays
+    step(x, y, out)
+    np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+
+
+def test_two_signatures_taking_turns_each_make_their_own_rebindings_again(stream, moves):
+    small, large = triples(stream, 2, n=8), triples(stream, 2, base=100)
+    step = axpy_step(stream)
     worked_out = []
     for call in range(16):
         # The signatures alternate: no call finds its arrays in the call before.
-        x, y, out = (small if call % 2 == 0 else large)[(call // 2) % 2]
-        step(x, y, out)
-        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+        called(step, (small if call % 2 == 0 else large)[(call // 2) % 2], stream)
         worked_out.append(moves[0])
     assert worked_out[-1] == worked_out[7]
     info = step.cache_info()
@@ -226,39 +242,23 @@ def test_two_signatures_taking_turns_each_make_their_own_rebindings_again(stream
 
 
 def test_a_graph_evicted_between_calls_is_captured_again_not_made_again(stream, moves):
-    small = [tuple(dev(np.arange(8) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
-    large = tuple(dev(np.arange(16) + j, stream) for j in range(3))
-    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
-
-    @ng.graphed(stream=stream, max_graphs=1, warmup=0)
-    def step(x, y, out):
-        axpy[1, 16, stream](x, y, out, two)
-
+    small, (large,) = triples(stream, 2, n=8), triples(stream, 1)
+    step = axpy_step(stream, max_graphs=1, warmup=0)
     for call in range(4):
         step(*small[call % 2])
     with pytest.warns(GraphedWarning, match="closed the least recently used"):
         step(*large)             # evicts the graph of the small arrays
-    for call in range(4):
-        x, y, out = small[call % 2]
-        if call == 0:
-            with pytest.warns(GraphedWarning, match="closed the least recently used"):
-                step(x, y, out)
-        else:
-            step(x, y, out)
-        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+    with pytest.warns(GraphedWarning, match="closed the least recently used"):
+        called(step, small[0], stream)
+    for call in range(1, 4):
+        called(step, small[call % 2], stream)
     info = step.cache_info()
     assert info.evictions == 2 and info.captures == 3 and info.graphs == 1
 
 
 def test_arrays_brought_back_take_the_short_way_past_the_full_call(stream, monkeypatch):
     from numbagraph.graphed import GraphedFunction
-    sets = [tuple(dev(np.arange(16) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
-    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
-
-    @ng.graphed(stream=stream)
-    def step(x, y, out):
-        axpy[1, 16, stream](x, y, out, two)
-
+    sets, step = triples(stream, 2), axpy_step(stream)
     for call in range(4):
         step(*sets[call % 2])
     full = [0]
@@ -270,9 +270,7 @@ def test_arrays_brought_back_take_the_short_way_past_the_full_call(stream, monke
 
     monkeypatch.setattr(GraphedFunction, "_call", counted)
     for call in range(6):
-        x, y, out = sets[call % 2]
-        step(x, y, out)
-        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+        called(step, sets[call % 2], stream)
     assert full[0] == 0
     info = step.cache_info()
     assert (info.captures, info.rebinds, info.hits) == (1, 8, 8)
@@ -283,13 +281,7 @@ def test_arrays_brought_back_take_the_short_way_past_the_full_call(stream, monke
 
 def test_a_rebinding_made_again_that_raises_leaves_the_function_usable(stream, monkeypatch):
     from numbagraph.errors import RebindError
-    sets = [tuple(dev(np.arange(16) + 10 * k + j, stream) for j in range(3)) for k in range(2)]
-    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
-
-    @ng.graphed(stream=stream)
-    def step(x, y, out):
-        axpy[1, 16, stream](x, y, out, two)
-
+    sets, step = triples(stream, 2), axpy_step(stream)
     for call in range(4):
         step(*sets[call % 2])
     original = CapturedGraph._redo
@@ -302,7 +294,5 @@ def test_a_rebinding_made_again_that_raises_leaves_the_function_usable(stream, m
         step(*sets[0])
     monkeypatch.setattr(CapturedGraph, "_redo", original)
     for k in (1, 1, 0, 1):      # the graph is bound to sets[1] still
-        x, y, out = sets[k]
-        out.copy_to_device(np.zeros(16, np.float32), stream=stream)
-        step(x, y, out)
-        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(y, stream))
+        sets[k][2].copy_to_device(np.zeros(16, np.float32), stream=stream)
+        called(step, sets[k], stream)
