@@ -36,6 +36,13 @@ def to_host(dev, stream=0):
     return dev.copy_to_host(stream=stream)
 
 
+def host(dev, stream):
+    """``dev`` copied to the host on ``stream``, the stream synchronised."""
+    out = dev.copy_to_host(stream=stream)
+    stream.synchronize()
+    return out
+
+
 def records_nothing():
     """The warning of a capture a test leaves empty on purpose (the work it
     refuses, or runs elsewhere), expected rather than reported."""

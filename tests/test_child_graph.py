@@ -12,6 +12,7 @@ from numba import cuda
 
 import numbagraph as ng
 from numbagraph import _registry
+from conftest import host
 
 N = 32
 
@@ -45,11 +46,6 @@ def count_down(counter, cond):
         counter[0] -= 1
         ng.set_condition(cond, counter[0] > 0)
 
-
-def host(d, s):
-    out = d.copy_to_host(stream=s)
-    s.synchronize()
-    return out
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
-from conftest import records_nothing
+from conftest import host, records_nothing
 
 SKIP = -1  # what a planner is given to leave the node as it is
 CAPTURED = 4  # the grid every counted node is captured with
@@ -56,11 +56,6 @@ def plan_from_counter(node, pos, by):
 def zeros(n, stream, dtype=np.int32):
     return cuda.to_device(np.zeros(n, dtype), stream=stream)
 
-
-def host(dev, stream):
-    out = dev.copy_to_host(stream=stream)
-    stream.synchronize()
-    return out
 
 
 class Counted:

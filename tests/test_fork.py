@@ -11,6 +11,7 @@ from numba import cuda
 
 import numbagraph as ng
 from numbagraph import _registry
+from conftest import host
 
 N = 64
 
@@ -49,11 +50,6 @@ def count_down(counter, cond):
         counter[0] -= 1
         ng.set_condition(cond, counter[0] > 0)
 
-
-def host(d, s):
-    out = d.copy_to_host(stream=s)
-    s.synchronize()
-    return out
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from conftest import host
 
 N = 64
 
@@ -39,11 +40,6 @@ def fill_from(a, pos):
     if i < a.size:
         a[i] = pos[0] + i
 
-
-def host(d, s):
-    out = d.copy_to_host(stream=s)
-    s.synchronize()
-    return out
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from conftest import host
 
 
 @cuda.jit
@@ -29,9 +30,6 @@ def halve(x):
 def dev(values, stream, dtype=np.float32):
     return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
 
-
-def host(array, stream):
-    return array.copy_to_host(stream=stream)
 
 
 @pytest.fixture

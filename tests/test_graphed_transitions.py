@@ -12,6 +12,7 @@ from numba import cuda
 import numbagraph as ng
 from numbagraph.errors import GraphedWarning
 from numbagraph.graph import CapturedGraph
+from conftest import host
 
 
 @cuda.jit
@@ -33,9 +34,6 @@ def shift_add(x, out):
 def dev(values, stream):
     return cuda.to_device(np.asarray(values, dtype=np.float32), stream=stream)
 
-
-def host(array, stream):
-    return array.copy_to_host(stream=stream)
 
 
 @pytest.fixture

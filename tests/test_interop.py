@@ -20,6 +20,7 @@ from numba import cuda
 import numbagraph as ng
 from numbagraph import safety
 from numbagraph.backend import active
+from conftest import host
 
 N = 32
 
@@ -57,9 +58,6 @@ def accumulate_pair(pair, dst):
 def handle(stream):
     return active.stream_handle(stream)
 
-
-def host(dev, stream):
-    return dev.copy_to_host(stream=stream)
 
 
 def warm(stream):
