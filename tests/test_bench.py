@@ -861,3 +861,17 @@ def test_targets_not_applicable_are_counted_by_reason_after_the_verdicts():
         "  n/a   2 targets: Peer not installed (named in results.md)",
         "  n/a   other: no ng result for d",
     ]
+
+
+def test_the_profile_reports_every_hot_path():
+    from numbagraph.bench.profiling import profile_hot_paths
+
+    ctx = Context(Config.for_run(True), say=lambda text: None)
+    try:
+        text = profile_hot_paths(ctx)
+    finally:
+        ctx.close()
+    titles = [line for line in text.splitlines() if line.startswith("== ")]
+    assert len(titles) == 4
+    assert "two sets of arrays in turn" in titles[2] and "new each call" in titles[3]
+    assert text.count("   ncalls") == 4

@@ -1,9 +1,12 @@
 """``--profile``: where the host time of numbagraph's hot paths goes.
 
 cProfile over (1) a replay loop, ``DeviceScalar.update`` + ``graph.launch``
-of a 1-node graph, and (2) captures of the tiny kernel. cProfile's own
-overhead inflates every Python call, so read the split between functions,
-not the absolute times; the ``loop`` and ``capture`` suites give those.
+of a 1-node graph, (2) captures of the tiny kernel, and calls of the
+``graphed`` suite's 10-launch step (3) with two sets of arrays in turn (a
+rebinding made again) and (4) with an input new to the function each call
+(a rebinding worked out). cProfile's own overhead inflates every Python
+call, so read the split between functions, not the absolute times; the
+``loop``, ``capture`` and ``graphed`` suites give those.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import io
 import pstats
 
 import numpy as np
+from numba import cuda
 
 import numbagraph as ng
 
@@ -73,4 +77,34 @@ def profile_hot_paths(ctx: Context) -> str:
         capture_once()
     prof.disable()
     report.append(_stats(prof, f"capture + instantiate of {launches} launches", captures))
+    report.extend(_graphed_calls(ctx, steps))
     return "\n".join(report)
+
+
+def _graphed_calls(ctx: Context, calls: int) -> list[str]:
+    """Reports of a graphed step's calls with arrays taking turns, and with
+    an input new each call."""
+    from .graphed import ROUND, make_step
+
+    s = cuda.stream()
+    grid = (1, 4) if ctx.config.simulated else ctx.config.grid
+    nodes = 2 if ctx.config.simulated else 10
+    inputs = [cuda.device_array(ctx.config.elements, np.float32, stream=s)
+              for _ in range(ROUND)]
+    y, z = (cuda.device_array(ctx.config.elements, np.float32, stream=s) for _ in range(2))
+    reports = []
+    for title, turn in (("two sets of arrays in turn", 2), ("an input new each call", ROUND)):
+        f = ng.graphed(make_step(nodes, s, grid), stream=s)
+        # Past the warm-up, the capture and each rebinding's first time.
+        for k in range(2 * ROUND):
+            f(inputs[k % turn], y, z)
+        arguments = [(inputs[k % turn], y, z) for k in range(calls)]
+        prof = cProfile.Profile()
+        prof.enable()
+        for args in arguments:
+            f(*args)
+        s.synchronize()
+        prof.disable()
+        reports.append(_stats(prof, f"graphed call of a {nodes}-launch step, {title}", calls))
+        f.clear()
+    return reports
