@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 import warnings
 import weakref
 from collections import OrderedDict
@@ -66,7 +67,7 @@ class _Entry:
     position among the call's values) and how to build the result."""
 
     __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig", "seen",
-                 "transitions")
+                 "transitions", "reached")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
                  result: _Result, before: int = 0, sig: tuple = (), seen: _Seen | None = None):
@@ -86,6 +87,9 @@ class _Entry:
         # the same one again at the driver's cost.
         self.transitions: dict[tuple[_Seen | None, _Seen | None],
                                tuple[tuple[int, ...], Transition]] = {}
+        # (start, end, name) of the arrays the function reached other than
+        # through its arguments when the graph was captured (_reached).
+        self.reached: list[tuple[int, int, str]] = []
 
     def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
         """Hold ``values`` as those the graph is bound to now."""
@@ -278,6 +282,63 @@ _SEEN = 4
 _TRANSITIONS = 16
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
+
+
+def _names_of(code: Any) -> set[str]:
+    """The global names ``code`` and the code nested in it use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_of(const)
+    return names
+
+
+def _reached(fn: Any) -> list[tuple[int, int, str]]:
+    """``(start, end, name)`` of each array ``fn`` reaches other than through
+    its arguments, as it is now: in its closure, its defaults, and the
+    globals its code names."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found: list[tuple[str, Any]] = []
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            found.append((name, cell.cell_contents))
+        except ValueError:  # a cell not yet filled
+            continue
+    found += [(f"default {i}", value) for i, value in enumerate(fn.__defaults__ or ())]
+    found += list((fn.__kwdefaults__ or {}).items())
+    module = getattr(fn, "__globals__", {})
+    found += [(name, module[name]) for name in _names_of(code) if name in module]
+    reached = []
+    for name, value in found:
+        if isinstance(value, types.ModuleType) or callable(value):
+            continue
+        dev = device_array_of(value)
+        if dev is not None:
+            _, start, end = span(dev)
+            if end > start:
+                reached.append((start, end, name))
+    return reached
+
+
+class _Shared(RebindError):
+    """A rebinding refused because an argument's old array is memory the
+    function also reaches another way, whose nodes would move with it."""
+
+
+def _shared_with_function(entry: _Entry, moves: list[Move], positions: list[int],
+                          names: Callable[[int], str], fn_name: str) -> _Shared | None:
+    for move, i in zip(moves, positions):
+        for start, end, name in entry.reached:
+            if move.start < end and start < move.end:
+                return _Shared(
+                    f"argument {names(i)} of {fn_name}() was memory the function also "
+                    f"reaches as {name!r}: a rebinding would move the function's own "
+                    "uses of it with the argument, so the call captures the function "
+                    "again instead. Pass that array one way only: as an argument of "
+                    "every call, or never")
+    return None
 
 
 def _redone(entry: _Entry, key: tuple, values: tuple) -> bool:
@@ -498,10 +559,14 @@ class GraphedFunction:
             entry = self._capture(cache, sig, stream, args, kwargs, values, spans, seen, names)
         else:
             cache.entries.move_to_end(sig)
-            refused = self._rebind(cache, entry, values, spans, seen)
+            refused = self._rebind(cache, entry, values, spans, seen,
+                                   lambda i: _name_of(i, len(args), keys))
             if refused is None:
                 cache.hits += 1
             else:
+                if isinstance(refused, _Shared) and str(refused) not in self._warned:
+                    self._warned.add(str(refused))
+                    warnings.warn(str(refused), GraphedWarning, stacklevel=3)
                 # An op refusing these arrays refuses them as the capture records it.
                 entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
                                             keys, values, spans, seen,
@@ -511,12 +576,12 @@ class GraphedFunction:
         cache.last_keys = keys
         return _result_of(entry.result, values)
 
-    @staticmethod
-    def _rebind(cache: _Cache, entry: _Entry, values: tuple, spans: dict[int, tuple],
-                seen: _Seen | None) -> RebindError | None:
+    def _rebind(self, cache: _Cache, entry: _Entry, values: tuple, spans: dict[int, tuple],
+                seen: _Seen | None, names: Callable[[int], str]) -> RebindError | None:
         """Bind ``entry``'s graph to the call's arrays, of its signature; or,
-        the graph unchanged, the error of an op that refuses them (the call
-        is captured instead)."""
+        the graph unchanged, the error of an op that refuses them, or of an
+        argument that was memory the function also reaches another way (the
+        call is captured instead)."""
         bound = entry.bound
         key = (entry.seen, seen)
         if seen is not None and _redone(entry, key, values):
@@ -535,6 +600,10 @@ class GraphedFunction:
         if not moves:
             entry.bind(values, spans, seen)
             return None
+        if entry.reached:
+            shared = _shared_with_function(entry, moves, positions, names, self._name)
+            if shared is not None:
+                return shared
         try:
             transition = entry.graph._move(pairs, moves, strict=False, record=True)
         except (FixedNodesError, OperandsError) as exc:
@@ -621,6 +690,7 @@ class GraphedFunction:
             graph.close()
             raise
         entry = _Entry(graph, values, spans, plan, before, sig, seen)
+        entry.reached = _reached(self._fn)
         cache.entries[sig] = entry
         if self._sizes:
             family = _resize.family_of(sig)

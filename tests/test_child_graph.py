@@ -47,7 +47,6 @@ def count_down(counter, cond):
         ng.set_condition(cond, counter[0] > 0)
 
 
-
 @pytest.fixture
 def x(stream):
     a = cuda.to_device(np.zeros(N, np.float32), stream=stream)

@@ -57,7 +57,6 @@ def zeros(n, stream, dtype=np.int32):
     return cuda.to_device(np.zeros(n, dtype), stream=stream)
 
 
-
 class Counted:
     """A graph of a planner and the node it updates, counting the node's
     blocks per launch."""

@@ -51,7 +51,6 @@ def count_down(counter, cond):
         ng.set_condition(cond, counter[0] > 0)
 
 
-
 @pytest.fixture
 def streams(stream):
     """The capturing stream and three side streams."""

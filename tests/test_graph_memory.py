@@ -41,7 +41,6 @@ def fill_from(a, pos):
         a[i] = pos[0] + i
 
 
-
 @pytest.fixture
 def out(stream):
     """N float32 zeros on ``stream``, with the kernels compiled."""

@@ -31,7 +31,6 @@ def dev(values, stream, dtype=np.float32):
     return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
 
 
-
 @pytest.fixture
 def buffers(stream):
     return [dev(np.arange(8) + 10 * k, stream) for k in range(4)]
@@ -392,3 +391,44 @@ def test_minus_zero_and_zero_are_different_values(stream, buffers):
         signed(x, -0.0)
     assert np.signbit(host(x, stream)).all()
     assert signed.cache_info().captures == 2
+
+
+def test_an_argument_the_function_also_reaches_is_captured_again_not_rebound(stream, buffers,
+                                                                             two):
+    w, other, out, _ = buffers
+
+    @ng.graphed(stream=stream)
+    def step(x, out):
+        axpy[1, 8, stream](x, w, out, two)      # w: the function's own, from its closure
+
+    for _ in range(2):
+        step(w, out)
+        np.testing.assert_array_equal(host(out, stream), 3 * host(w, stream))
+    with pytest.warns(ng.GraphedWarning, match=r"argument 0 of step\(\) was memory the "
+                                            r"function also reaches as 'w'"):
+        step(other, out)
+    np.testing.assert_array_equal(host(out, stream), 2 * host(other, stream) + host(w, stream))
+    for x in (w, other, w):
+        step(x, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * host(x, stream) + host(w, stream))
+    info = step.cache_info()
+    assert (info.captures, info.graphs) == (3, 1)
+
+
+def test_what_a_function_reaches_besides_its_arguments(stream, buffers, two):
+    from numbagraph.graphed import _reached
+    a, b, c, _ = buffers
+    module = {"a": a, "axpy": axpy, "np": np}
+    exec("def fn(x, y=None, *, z=None):\n"
+         "    return [a for _ in x], axpy, np\n", module)
+    fn = module["fn"]
+    fn.__defaults__, fn.__kwdefaults__ = (b,), {"z": c}
+
+    def closure(x):
+        return two, x
+
+    assert sorted(name for _, _, name in _reached(fn)) == ["a", "default 0", "z"]
+    assert [name for _, _, name in _reached(closure)] == ["two"]
+    start, end, _ = _reached(closure)[0]
+    assert end - start == 4
+    assert _reached(len) == []

@@ -35,7 +35,6 @@ def dev(values, stream):
     return cuda.to_device(np.asarray(values, dtype=np.float32), stream=stream)
 
 
-
 @pytest.fixture
 def moves(monkeypatch):
     """How many rebindings worked out their moves."""
@@ -168,7 +167,6 @@ def test_a_change_of_the_graph_between_calls_is_not_undone(stream):
     before = host(out, stream)
     step(xs[1])
     np.testing.assert_array_equal(host(out, stream), before + host(xs[1], stream))
-
 
 
 def _leaves(value):

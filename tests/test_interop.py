@@ -59,7 +59,6 @@ def handle(stream):
     return active.stream_handle(stream)
 
 
-
 def warm(stream):
     """Compile the kernels and the op the tests launch inside captures, for
     float32 arrays (numba's, and the views foreign arrays become)."""
