@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import types
 import warnings
 import weakref
 from collections import OrderedDict
@@ -294,9 +293,9 @@ def _names_of(code: Any) -> set[str]:
 
 
 def _reached(fn: Any) -> list[tuple[int, int, str]]:
-    """``(start, end, name)`` of each array ``fn`` reaches other than through
-    its arguments, as it is now: in its closure, its defaults, and the
-    globals its code names."""
+    """``(start, end, name)`` of each device array and DeviceScalar ``fn``
+    reaches other than through its arguments, as it is now: in its
+    closure, its defaults, and the globals its code names."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -312,7 +311,9 @@ def _reached(fn: Any) -> list[tuple[int, int, str]]:
     found += [(name, module[name]) for name in _names_of(code) if name in module]
     reached = []
     for name, value in found:
-        if isinstance(value, types.ModuleType) or callable(value):
+        # numba's arrays and DeviceScalars: another library's array is not
+        # converted here, where its stream may be waited for.
+        if type(value) not in _FIXED:
             continue
         dev = device_array_of(value)
         if dev is not None:
