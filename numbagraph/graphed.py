@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _graphmem, _registry, _resize
+from ._reached import Reached, Shared, reached, shared
 from ._rebind import FixedNodesError, OperandsError, Transition, device_array_of, span
 from ._registry import sessions as _captures
 from .backend import active as _backend
@@ -86,9 +87,9 @@ class _Entry:
         # the same one again at the driver's cost.
         self.transitions: dict[tuple[_Seen | None, _Seen | None],
                                tuple[tuple[int, ...], Transition]] = {}
-        # (start, end, name) of the arrays the function reached other than
-        # through its arguments when the graph was captured (_reached).
-        self.reached: list[tuple[int, int, str]] = []
+        # The memory the function reached other than through its arguments
+        # when the graph was captured (_reached).
+        self.reached: list[Reached] = []
 
     def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
         """Hold ``values`` as those the graph is bound to now."""
@@ -281,65 +282,6 @@ _SEEN = 4
 _TRANSITIONS = 16
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
-
-
-def _names_of(code: Any) -> set[str]:
-    """The global names ``code`` and the code nested in it use."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names_of(const)
-    return names
-
-
-def _reached(fn: Any) -> list[tuple[int, int, str]]:
-    """``(start, end, name)`` of each device array and DeviceScalar ``fn``
-    reaches other than through its arguments, as it is now: in its
-    closure, its defaults, and the globals its code names."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
-    found: list[tuple[str, Any]] = []
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            found.append((name, cell.cell_contents))
-        except ValueError:  # a cell not yet filled
-            continue
-    found += [(f"default {i}", value) for i, value in enumerate(fn.__defaults__ or ())]
-    found += list((fn.__kwdefaults__ or {}).items())
-    module = getattr(fn, "__globals__", {})
-    found += [(name, module[name]) for name in _names_of(code) if name in module]
-    reached = []
-    for name, value in found:
-        # numba's arrays and DeviceScalars: another library's array is not
-        # converted here, where its stream may be waited for.
-        if type(value) not in _FIXED:
-            continue
-        dev = device_array_of(value)
-        if dev is not None:
-            _, start, end = span(dev)
-            if end > start:
-                reached.append((start, end, name))
-    return reached
-
-
-class _Shared(RebindError):
-    """A rebinding refused because an argument's old array is memory the
-    function also reaches another way, whose nodes would move with it."""
-
-
-def _shared_with_function(entry: _Entry, moves: list[Move], positions: list[int],
-                          names: Callable[[int], str], fn_name: str) -> _Shared | None:
-    for move, i in zip(moves, positions):
-        for start, end, name in entry.reached:
-            if move.start < end and start < move.end:
-                return _Shared(
-                    f"argument {names(i)} of {fn_name}() was memory the function also "
-                    f"reaches as {name!r}: a rebinding would move the function's own "
-                    "uses of it with the argument, so the call captures the function "
-                    "again instead. Pass that array one way only: as an argument of "
-                    "every call, or never")
-    return None
 
 
 def _redone(entry: _Entry, key: tuple, values: tuple) -> bool:
@@ -565,7 +507,7 @@ class GraphedFunction:
             if refused is None:
                 cache.hits += 1
             else:
-                if isinstance(refused, _Shared) and str(refused) not in self._warned:
+                if isinstance(refused, Shared) and str(refused) not in self._warned:
                     self._warned.add(str(refused))
                     warnings.warn(str(refused), GraphedWarning, stacklevel=3)
                 # An op refusing these arrays refuses them as the capture records it.
@@ -602,9 +544,9 @@ class GraphedFunction:
             entry.bind(values, spans, seen)
             return None
         if entry.reached:
-            shared = _shared_with_function(entry, moves, positions, names, self._name)
-            if shared is not None:
-                return shared
+            refused = shared(entry.reached, moves, positions, names, self._name)
+            if refused is not None:
+                return refused
         try:
             transition = entry.graph._move(pairs, moves, strict=False, record=True)
         except (FixedNodesError, OperandsError) as exc:
@@ -677,6 +619,9 @@ class GraphedFunction:
         warm = _resize.family_of(sig) if self._sizes else sig
         if before is None:
             before = cache.warm.get(warm, 0)  # the warm-up calls
+        # What the function reaches besides its arguments, before and after
+        # it ran: a run may rebind a global or a closure's cell.
+        reached_before = reached(self._fn, len(args), list(kwargs))
         try:
             with capture(stream) as cap:
                 result = self._fn(*args, **kwargs)
@@ -691,7 +636,8 @@ class GraphedFunction:
             graph.close()
             raise
         entry = _Entry(graph, values, spans, plan, before, sig, seen)
-        entry.reached = _reached(self._fn)
+        entry.reached = list(dict.fromkeys(
+            reached_before + reached(self._fn, len(args), list(kwargs))))
         cache.entries[sig] = entry
         if self._sizes:
             family = _resize.family_of(sig)
@@ -742,6 +688,8 @@ class GraphedFunction:
             entry.sig, entry.result = sig, plans[0]
             entry.bind(values, spans, seen)
             entry.transitions.clear()  # made for other sizes
+            # The run the nodes hold now.
+            entry.reached = reached(self._fn, len(args), list(kwargs))
             cache.entries[sig] = entry
             cache.families[family] = [entry, *(e for e in held if e is not entry)]
             cache.resizes += 1
@@ -935,8 +883,11 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     -----
     GraphedWarning
         A plain argument changed between calls, a capture closed the
-        least recently used graph, or (``sizes="update"``) a call's work
-        could not be given to a kept graph by node updates.
+        least recently used graph, (``sizes="update"``) a call's work
+        could not be given to a kept graph by node updates, or a call was
+        captured again because the array it replaces is memory the
+        function also reaches another way (its closure, a default, a
+        global, ``self``).
 
     Examples
     --------

@@ -17,7 +17,8 @@ LAYERS = [
     ("safety",),
     ("_patches", "graph", "_rebind", "nodes"),
     ("capture",),
-    ("scalar", "conditional", "_unroll", "alloc", "host", "fork", "devnodes", "_resize"),
+    ("scalar", "conditional", "_unroll", "alloc", "host", "fork", "devnodes", "_resize",
+     "_reached"),
     ("ops", "precompile", "graphed", "loops", "launch", "dist"),
     ("bench", "soak", "__init__"),
 ]

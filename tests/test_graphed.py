@@ -404,8 +404,8 @@ def test_an_argument_the_function_also_reaches_is_captured_again_not_rebound(str
     for _ in range(2):
         step(w, out)
         np.testing.assert_array_equal(host(out, stream), 3 * host(w, stream))
-    with pytest.warns(ng.GraphedWarning, match=r"argument 0 of step\(\) was memory the "
-                                            r"function also reaches as 'w'"):
+    with pytest.warns(ng.GraphedWarning, match=r"argument 0 of step\(\) was bound to memory "
+                                            r"the function also reaches as 'w' \(its closure\)"):
         step(other, out)
     np.testing.assert_array_equal(host(out, stream), 2 * host(other, stream) + host(w, stream))
     for x in (w, other, w):
@@ -416,19 +416,68 @@ def test_an_argument_the_function_also_reaches_is_captured_again_not_rebound(str
 
 
 def test_what_a_function_reaches_besides_its_arguments(stream, buffers, two):
-    from numbagraph.graphed import _reached
-    a, b, c, _ = buffers
-    module = {"a": a, "axpy": axpy, "np": np}
+    import functools
+
+    from numbagraph._reached import reached
+    a, b, c, d = buffers
+    module = {"a": a, "d": d, "axpy": axpy, "np": np}
     exec("def fn(x, y=None, *, z=None):\n"
-         "    return [a for _ in x], axpy, np\n", module)
+         "    return [a for _ in x], axpy, np, x.d\n", module)
     fn = module["fn"]
     fn.__defaults__, fn.__kwdefaults__ = (b,), {"z": c}
 
-    def closure(x):
-        return two, x
+    def names(found):
+        return sorted(how for _, _, how in found)
 
-    assert sorted(name for _, _, name in _reached(fn)) == ["a", "default 0", "z"]
-    assert [name for _, _, name in _reached(closure)] == ["two"]
-    start, end, _ = _reached(closure)[0]
+    # 'd' is an attribute name here, not a global the function loads.
+    assert names(reached(fn, 1)) == ["'a' (a global)", "'y' (a default)", "'z' (a default)"]
+    assert names(reached(fn, 2, ["z"])) == ["'a' (a global)"]
+
+    pair, table = [b, 1], {"k": c}
+
+    def closure(x):
+        return two, pair, table, x
+
+    assert names(reached(closure)) == ["'pair'[0] (its closure)", "'table'['k'] (its closure)",
+                                       "'two' (its closure)"]
+    start, end, _ = next(r for r in reached(closure) if "two" in r[2])
     assert end - start == 4
-    assert _reached(len) == []
+    assert names(reached(functools.partial(closure, d))) == [
+        "'pair'[0] (its closure)", "'table'['k'] (its closure)", "'two' (its closure)",
+        "argument 0 (bound by a partial)"]
+
+    @functools.wraps(closure)
+    def decorated(*args):
+        return closure(*args)
+
+    assert "'two' (its closure)" in names(reached(decorated))
+
+    class Holder:
+        def __init__(self):
+            self.w = a
+
+        def step(self, x):
+            return x
+
+    assert names(reached(Holder().step, 1)) == ["self.w"]
+    assert reached(len) == [] and reached(axpy) == []
+
+
+def test_names_the_function_does_not_load_and_defaults_a_call_replaces_never_refuse(
+        stream, buffers, two):
+    w, other, out, _ = buffers
+    three = ng.DeviceScalar(3.0, np.float32, stream=stream)
+    cfg = type("Config", (), {"y": dev(np.ones(8), stream)})()
+    # A global 'w' and an attribute '.y': only the attribute is used.
+    module = {"axpy": axpy, "stream": stream, "cfg": cfg, "w": w, "y": w, "two": two}
+    exec("def step(x, out, a=two):\n"
+         "    axpy[1, 8, stream](x, cfg.y, out, a)\n", module)
+    step = ng.graphed(module["step"], stream=stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ng.GraphedWarning)
+        for k in range(6):
+            x, a, value = (w, two, 2) if k % 2 == 0 else (other, three, 3)
+            step(x, out, a)
+            np.testing.assert_array_equal(host(out, stream), value * host(x, stream) + 1)
+    info = step.cache_info()
+    assert (info.captures, info.rebinds) == (1, 4)
