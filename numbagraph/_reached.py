@@ -27,6 +27,7 @@ __all__ = ["Reached", "reached", "shared", "Shared"]
 Reached = tuple[int, int, str]
 
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 # Functions wrapping others are followed this deep (decorators, partials).
 _DEPTH = 8
 
@@ -36,12 +37,13 @@ class Shared(RebindError):
     also reaches another way, whose nodes would move with it."""
 
 
-def _globals_of(code: types.CodeType) -> set[str]:
-    """The global names ``code``, and the code nested in it, load."""
-    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_LOADS}
+def _loaded(code: types.CodeType, loads: frozenset[str]) -> set[str]:
+    """The names ``code``, and the code nested in it, load by one of the
+    instructions ``loads``."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in loads}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _globals_of(const)
+            names |= _loaded(const, loads)
     return names
 
 
@@ -62,10 +64,11 @@ def _unused_defaults(fn: Any, code: types.CodeType, nargs: int,
 
 def _sources(fn: Any, nargs: int, keywords: Sequence[str],
              depth: int = 0) -> Iterator[tuple[str, str, Any]]:
-    """``(name, where, value)`` of each value ``fn`` reaches besides its arguments:
-    the arguments a partial binds, the instance of a bound method, and for
-    plain functions (the one a decorator wraps too) closure cells, unused
-    defaults and the globals their code loads."""
+    """``(name, where, value)`` of each value ``fn`` reaches besides its
+    arguments: the arguments a partial binds, the attributes of a bound
+    method's instance its code reads, and for plain functions (the one a
+    decorator wraps too) closure cells, unused defaults and the globals
+    their code loads."""
     if depth > _DEPTH:
         return
     if isinstance(fn, functools.partial):
@@ -74,12 +77,15 @@ def _sources(fn: Any, nargs: int, keywords: Sequence[str],
         yield from _sources(fn.func, nargs + len(fn.args), [*keywords, *fn.keywords],
                             depth + 1)
         return
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and not isinstance(owner, types.ModuleType):
-        for name, value in (getattr(owner, "__dict__", None) or {}).items():
-            yield f"self.{name}", "", value
     function = getattr(fn, "__func__", fn)
     code = getattr(function, "__code__", None)
+    owner = getattr(fn, "__self__", None)
+    if isinstance(code, types.CodeType) and owner is not None:
+        # A bound method's instance: the attributes its code reads.
+        attributes = getattr(owner, "__dict__", None) or {}
+        for name in sorted(_loaded(code, _ATTRIBUTE_LOADS)):
+            if name in attributes:
+                yield f"self.{name}", "", attributes[name]
     if isinstance(code, types.CodeType):
         cells = getattr(function, "__closure__", None) or ()
         for name, cell in zip(code.co_freevars, cells):
@@ -90,7 +96,7 @@ def _sources(fn: Any, nargs: int, keywords: Sequence[str],
         for name, value in _unused_defaults(function, code, nargs, keywords):
             yield repr(name), "a default", value
         module = getattr(function, "__globals__", None) or {}
-        for name in sorted(_globals_of(code)):
+        for name in sorted(_loaded(code, _GLOBAL_LOADS)):
             if name in module:
                 yield repr(name), "a global", module[name]
     wrapped = getattr(function, "__wrapped__", None)

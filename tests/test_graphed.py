@@ -454,10 +454,10 @@ def test_what_a_function_reaches_besides_its_arguments(stream, buffers, two):
 
     class Holder:
         def __init__(self):
-            self.w = a
+            self.w, self.ping, self.pong = a, b, c
 
         def step(self, x):
-            return x
+            return x, self.w   # ping and pong: passed as arguments, never read here
 
     assert names(reached(Holder().step, 1)) == ["self.w"]
     assert reached(len) == [] and reached(axpy) == []
