@@ -198,16 +198,20 @@ def test_a_refused_node_while_a_change_is_made_again_sets_every_node_back():
 
 
 class Memset(driver_rebind._Memset):
-    __slots__ = ("sets",)
+    __slots__ = ("sets", "refuse")
 
     def set_on(self, graph_exec, ctx):
+        if getattr(self, "refuse", False):
+            raise driver_base.DriverError.__new__(driver_base.DriverError)
         self.sets = getattr(self, "sets", 0) + 1
 
 
 class Memcpy(driver_rebind._Memcpy):
-    __slots__ = ("sets",)
+    __slots__ = ("sets", "refuse")
 
     def set_on(self, graph_exec, ctx):
+        if getattr(self, "refuse", False):
+            raise driver_base.DriverError.__new__(driver_base.DriverError)
         self.sets = getattr(self, "sets", 0) + 1
 
 
@@ -262,6 +266,29 @@ def test_copies_and_fills_made_again_hold_parameters_made_ready_once_and_copy_th
     assert int(ready[0].dst) == 5096 and int(ready[1].dstDevice) == 5112
     assert f.pointers() == (13288,) and c.pointers() == (3000, 13304)
     assert not index.redo(back.change)     # the nodes hold other pointers now
+
+
+def test_a_copy_refused_while_made_again_sets_every_node_back_and_keeps_what_was_ready():
+    f, c = memset(1000), memcpy(3000, 1016)
+    index = Index(f, c)
+    there = index.plan([Move(1000, 1064, 4096, None)])
+    there.apply()
+    back = index.plan([Move(5096, 5160, -4096, None)])
+    back.apply()
+    assert index.redo(there.change) and index.redo(back.change)
+    ready = there.change.prepared
+    c.refuse = True
+    with pytest.raises(driver_base.DriverError):
+        index.redo(there.change)
+    assert values(f) == [1000] and values(c) == [3000, 1016]
+    assert f.params is not ready[0] and c.params is not ready[1]
+    assert int(ready[0].dst) == 5096 and int(ready[1].dstDevice) == 5112
+    assert not index.redo(there.change)          # refused: the change no longer applies
+    # New sizes written into an entry that holds prepared parameters: a copy.
+    f.hold(ready[0], (5096,))
+    f.assign((7000, 32))
+    assert int(ready[0].dst) == 5096 and int(f.params.dst) == 7000
+    assert f.pointers() == (7000,) and int(f.params.width) == 32
 
 
 def test_a_packed_parameter_buffer_is_found_in_extra():
