@@ -246,13 +246,19 @@ def test_copies_and_fills_are_made_again_with_kernels():
     assert sorted(index.holders) == [3000, 5096, 5112]
 
 
-def test_copies_and_fills_made_again_hold_parameters_made_ready_once_and_copy_them_to_write():
+def fill_and_copy_moved_there_and_back():
+    """A fill and a copy, and the changes of moving 1000 to 5096 and back."""
     f, c = memset(1000), memcpy(3000, 1016)
     index = Index(f, c)
     there = index.plan([Move(1000, 1064, 4096, None)])
     there.apply()
     back = index.plan([Move(5096, 5160, -4096, None)])
     back.apply()
+    return f, c, index, there, back
+
+
+def test_copies_and_fills_made_again_hold_parameters_made_ready_once_and_copy_them_to_write():
+    f, c, index, there, back = fill_and_copy_moved_there_and_back()
     for _ in range(3):
         assert index.redo(there.change) and index.redo(back.change)
     assert index.redo(there.change)
@@ -269,12 +275,7 @@ def test_copies_and_fills_made_again_hold_parameters_made_ready_once_and_copy_th
 
 
 def test_a_copy_refused_while_made_again_sets_every_node_back_and_keeps_what_was_ready():
-    f, c = memset(1000), memcpy(3000, 1016)
-    index = Index(f, c)
-    there = index.plan([Move(1000, 1064, 4096, None)])
-    there.apply()
-    back = index.plan([Move(5096, 5160, -4096, None)])
-    back.apply()
+    f, c, index, there, back = fill_and_copy_moved_there_and_back()
     assert index.redo(there.change) and index.redo(back.change)
     ready = there.change.prepared
     c.refuse = True
