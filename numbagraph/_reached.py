@@ -37,14 +37,15 @@ class Shared(RebindError):
     also reaches another way, whose nodes would move with it."""
 
 
-def _loaded(code: types.CodeType, loads: frozenset[str]) -> set[str]:
+@functools.lru_cache(maxsize=512)
+def _loaded(code: types.CodeType, loads: frozenset[str]) -> frozenset[str]:
     """The names ``code``, and the code nested in it, load by one of the
-    instructions ``loads``."""
+    instructions ``loads`` (code never changes: read once)."""
     names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in loads}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _loaded(const, loads)
-    return names
+    return frozenset(names)
 
 
 def _unused_defaults(fn: Any, code: types.CodeType, nargs: int,
