@@ -94,7 +94,9 @@ def _sources(fn: Any, nargs: int, keywords: Sequence[str],
                 yield repr(name), "its closure", cell.cell_contents
             except ValueError:  # a cell not yet filled
                 continue
-        for name, value in _unused_defaults(function, code, nargs, keywords):
+        # A bound method's instance is its first positional argument.
+        given = nargs + (function is not fn)
+        for name, value in _unused_defaults(function, code, given, keywords):
             yield repr(name), "a default", value
         module = getattr(function, "__globals__", None) or {}
         for name in sorted(_loaded(code, _GLOBAL_LOADS)):

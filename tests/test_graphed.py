@@ -456,10 +456,11 @@ def test_what_a_function_reaches_besides_its_arguments(stream, buffers, two):
         def __init__(self):
             self.w, self.ping, self.pong = a, b, c
 
-        def step(self, x):
+        def step(self, x, y=b):
             return x, self.w   # ping and pong: passed as arguments, never read here
 
-    assert names(reached(Holder().step, 1)) == ["self.w"]
+    assert names(reached(Holder().step, 1)) == ["'y' (a default)", "self.w"]
+    assert names(reached(Holder().step, 2)) == ["self.w"]
     assert reached(len) == [] and reached(axpy) == []
 
 
