@@ -760,33 +760,20 @@ class CapturedGraph:
         """Make ``transition`` again, to ``news``, the new objects of the
         rebinding it was made by (``targets()``: their device arrays);
         False, changing nothing, where the graph changed otherwise since."""
-        if _host_attention[0] or _captures:
-            self._refuse_rebinding_here()
+        self._refuse_rebinding_here()
         res = self._res
-        if res.source is None:
-            # A graph that runs its own definition: its lock alone.
-            with res.lock:
-                if res.source is None:
-                    return self._redo_held(transition, news, targets)
         with _Held(res):
-            return self._redo_held(transition, news, targets)
-
-    def _redo_held(self, transition: Transition, news: list[Any],
-                   targets: Callable[[], list[Any]]) -> bool:
-        res = self._res
-        executable = res.executable
-        if executable is None:
-            self._executable()  # raises
-        spans = res.spans
-        if res.epoch != transition.epoch or spans is None:
-            return False
-        try:
-            if not executable.redo_rebind(transition.change, targets):
+            executable = self._executable()
+            spans = res.spans
+            if res.epoch != transition.epoch or spans is None:
                 return False
-        except Exception as exc:
-            raise _refused(exc) from exc
-        res.drop(_rebind.redo_transition(transition, spans, res.keepalive, news))
-        return True
+            try:
+                if not executable.redo_rebind(transition.change, targets):
+                    return False
+            except Exception as exc:
+                raise _refused(exc) from exc
+            res.drop(_rebind.redo_transition(transition, spans, res.keepalive, news))
+            return True
 
     def _refuse_rebinding_here(self) -> None:
         if _host_attention[0]:

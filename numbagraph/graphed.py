@@ -452,10 +452,7 @@ class GraphedFunction:
             if recent is not None:
                 again = _again(cache, recent, values, keys)
                 if again is not None:
-                    plan = again.result
-                    if type(plan) is int:
-                        return values[plan]
-                    return None if plan is None else _result_of(plan, values)
+                    return _result_of(again.result, values)
             return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
 
     def _cache(self, handle: int) -> _Cache:
@@ -566,8 +563,8 @@ class GraphedFunction:
     def _signature(cache: _Cache, values: tuple, nargs: int, keys: tuple,
                    recent: _Seen | None = None,
                    searched: bool = False) -> tuple[tuple, dict[int, tuple], _Seen | None]:
-        """A call's signature, ``(pointer, start, end, device array)`` of
-        each distinct array by its first position, and the :class:`_Seen`
+        """A call's signature, ``(pointer, start, end)`` of each distinct
+        array by its first position, and the :class:`_Seen`
         that knows these values (None where their memory may change). The signature ends with
         the keywords and which array arguments are the same object (the
         graph was recorded with them shared). Distinct arrays that share

@@ -207,11 +207,12 @@ class _Prepared:
 
     __slots__ = ("node", "params", "slots", "raw", "shared")
     _FIELDS: tuple[str, ...] = ()
-    node: Any
-    params: Any
     slots: list[str]
-    raw: tuple[int, ...] | None
-    shared: bool
+
+    def __init__(self, node: Any, params: Any):
+        self.node, self.params = node, _copied(params, self._FIELDS)
+        self.raw: tuple[int, ...] | None = None
+        self.shared = False
 
     def _own(self) -> Any:
         """The parameters, the entry's own to write into."""
@@ -237,8 +238,7 @@ class _Memcpy(_Prepared):
     _FIELDS = _MEMCPY_FIELDS
 
     def __init__(self, node: Any, params: Any):
-        self.node, self.params = node, _copied(params, _MEMCPY_FIELDS)
-        self.raw, self.shared = None, False
+        super().__init__(node, params)
         self.slots = [end + "Device" for end in ("src", "dst")
                       if getattr(params, end + "MemoryType") in _DEVICE_MEMORY]
 
@@ -309,8 +309,7 @@ class _Memset(_Prepared):
     _FIELDS = _MEMSET_FIELDS
 
     def __init__(self, node: Any, params: Any):
-        self.node, self.params = node, _copied(params, _MEMSET_FIELDS)
-        self.raw, self.shared = None, False
+        super().__init__(node, params)
         self.slots = ["dst"]
 
     @classmethod
@@ -509,8 +508,7 @@ class NodeIndex:
                 return False
         nodes = change.nodes
         for entry, before, _ in nodes:
-            # A kernel entry's packed parameters, where it holds them.
-            if (type(entry) is _Kernel and entry.raw or entry.pointers()) != before:
+            if entry.pointers() != before:
                 return False
         graph_exec, ctx = self.graph_exec, self.ctx
         prepared = change.prepared
