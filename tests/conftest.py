@@ -36,9 +36,22 @@ def to_host(dev, stream=0):
     return dev.copy_to_host(stream=stream)
 
 
-def host(dev, stream):
-    """``dev`` copied to the host on ``stream``, the stream synchronised."""
-    out = dev.copy_to_host(stream=stream)
+def dev(values, stream, dtype=np.float32):
+    """``values`` as a device array of ``dtype`` on ``stream``."""
+    return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
+
+
+@cuda.jit
+def axpy(x, y, out, a):
+    """out = a * x + y, ``a`` a one-element array or DeviceScalar."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[0] * x[i] + y[i]
+
+
+def host(array, stream):
+    """``array`` copied to the host on ``stream``, the stream synchronised."""
+    out = array.copy_to_host(stream=stream)
     stream.synchronize()
     return out
 

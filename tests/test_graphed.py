@@ -9,15 +9,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
-from conftest import host
-
-
-@cuda.jit
-def axpy(x, y, out, a):
-    """out = a * x + y."""
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[0] * x[i] + y[i]
+from conftest import axpy, dev, host
 
 
 @cuda.jit
@@ -25,10 +17,6 @@ def halve(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] = x[i] / 2
-
-
-def dev(values, stream, dtype=np.float32):
-    return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
 
 
 @pytest.fixture

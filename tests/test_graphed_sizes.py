@@ -9,6 +9,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from conftest import dev
 
 BLOCK = 8
 
@@ -46,10 +47,6 @@ def negate(y):
 
 def blocks(n):
     return max(1, (n + BLOCK - 1) // BLOCK)
-
-
-def dev(values, stream, dtype=np.float32):
-    return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
 
 
 @pytest.fixture

@@ -12,15 +12,7 @@ from numba import cuda
 import numbagraph as ng
 from numbagraph.errors import GraphedWarning
 from numbagraph.graph import CapturedGraph
-from conftest import host
-
-
-@cuda.jit
-def axpy(x, y, out, a):
-    """out = a * x + y."""
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[0] * x[i] + y[i]
+from conftest import axpy, dev, host
 
 
 @cuda.jit
@@ -29,10 +21,6 @@ def shift_add(x, out):
     i = cuda.grid(1)
     if i < out.size and i < x.size:
         out[i] += x[i]
-
-
-def dev(values, stream):
-    return cuda.to_device(np.asarray(values, dtype=np.float32), stream=stream)
 
 
 @pytest.fixture

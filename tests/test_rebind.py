@@ -10,14 +10,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
-
-
-@cuda.jit
-def scaled_add(x, y, out, a):
-    """out = a * x + y."""
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[0] * x[i] + y[i]
+from conftest import axpy, dev
 
 
 @cuda.jit
@@ -50,10 +43,6 @@ def copy_pair(pair):
         pair.dst[i] = pair.src[i] + 1
 
 
-def dev(values, stream, dtype=np.float32):
-    return cuda.to_device(np.asarray(values, dtype=dtype), stream=stream)
-
-
 def host(array, stream):
     return array.copy_to_host(stream=stream)
 
@@ -64,7 +53,7 @@ def arrays(stream):
     x, y, z = (dev(np.arange(8) * k, stream) for k in (1, 10, 100))
     out = dev(np.zeros(8), stream)
     a = ng.DeviceScalar(2.0, np.float32, stream=stream)
-    scaled_add[1, 8, stream](x, y, out, a)
+    axpy[1, 8, stream](x, y, out, a)
     return x, y, z, out, a
 
 
@@ -78,7 +67,7 @@ def captured(stream, *launches):
 def test_a_rebound_graph_reads_and_writes_the_new_arrays(stream, arrays):
     x, y, z, out, a = arrays
     other = dev(np.zeros(8), stream)
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     before = host(out, stream)
     graph.rebind({x: z, out: other})
     graph.launch()
@@ -112,7 +101,7 @@ def test_views_move_with_their_array_to_the_same_offset(stream):
 
 def test_swapped_arrays_are_rebound_at_once(stream, arrays):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     graph.rebind({x: y, y: x})   # every pointer moves from where it was
     graph.launch()
     np.testing.assert_array_equal(host(out, stream), 2 * host(y, stream) + host(x, stream))
@@ -121,7 +110,7 @@ def test_swapped_arrays_are_rebound_at_once(stream, arrays):
 def test_a_scalar_read_by_a_kernel_is_rebound_to_another_scalar(stream, arrays):
     x, y, z, out, a = arrays
     b = ng.DeviceScalar(-1.0, np.float32, stream=stream)
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     graph.rebind({a: b})
     graph.launch()
     np.testing.assert_array_equal(host(out, stream), -host(x, stream) + host(y, stream))
@@ -176,7 +165,7 @@ def test_the_graph_keeps_the_new_arrays_alive_and_drops_the_old(stream, arrays):
     x, y, z, out, a = arrays
     old = dev(np.arange(8), stream)
     new = dev(np.arange(8) * 3, stream)
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](old, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](old, y, out, a))
     old_ref, new_ref = weakref.ref(old), weakref.ref(new)
     expect = 2 * host(new, stream) + host(y, stream)
     graph.rebind({old: new})
@@ -193,8 +182,8 @@ def test_the_graph_keeps_the_new_arrays_alive_and_drops_the_old(stream, arrays):
 
 def test_an_update_from_a_rebound_graph_takes_its_new_arrays(stream, arrays):
     x, y, z, out, a = arrays
-    first = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
-    second = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    first = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
+    second = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     first.rebind({x: z})
     second.update(first)
     second.launch()
@@ -219,7 +208,7 @@ def test_a_foreign_array_interface_object_can_be_rebound(stream, arrays):
             self.array = array
             self.__cuda_array_interface__ = backend.array_interface(array)
 
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     graph.rebind([(x, Foreign(z))])
     graph.launch()
     np.testing.assert_array_equal(host(out, stream), 2 * host(z, stream) + host(y, stream))
@@ -247,7 +236,7 @@ def _unchanged(graph, stream, arrays):
 ])
 def test_bad_mappings_are_refused_and_leave_the_graph_unchanged(stream, arrays, mapping, match):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     with pytest.raises(ng.RebindError, match=match):
         graph.rebind(mapping(x, z))
     _unchanged(graph, stream, arrays)
@@ -255,7 +244,7 @@ def test_bad_mappings_are_refused_and_leave_the_graph_unchanged(stream, arrays, 
 
 def test_a_refused_pair_changes_none_of_the_others(stream, arrays):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     with pytest.raises(ng.RebindError, match="pair 1"):
         graph.rebind([(x, z), (z, y)])   # z is not used by the graph
     _unchanged(graph, stream, arrays)
@@ -263,7 +252,7 @@ def test_a_refused_pair_changes_none_of_the_others(stream, arrays):
 
 def test_a_closed_graph_cannot_be_rebound(stream, arrays):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     graph.close()
     with pytest.raises(ng.GraphClosedError):
         graph.rebind({x: z})
@@ -271,7 +260,7 @@ def test_a_closed_graph_cannot_be_rebound(stream, arrays):
 
 def test_rebinding_while_this_thread_captures_is_refused(stream, other_stream, arrays):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     with ng.capture(other_stream) as cap:
         with pytest.raises(ng.CaptureStateError, match="not recorded"):
             graph.rebind({x: z})
@@ -282,7 +271,7 @@ def test_rebinding_while_this_thread_captures_is_refused(stream, other_stream, a
 
 def test_rebinding_while_another_thread_captures_is_allowed(stream, other_stream, arrays):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     begun, done = threading.Event(), threading.Event()
 
     def capture_elsewhere():
@@ -308,7 +297,7 @@ def test_rebinding_while_another_thread_captures_is_allowed(stream, other_stream
 def test_a_change_the_driver_refuses_is_a_rebind_error_and_changes_nothing(
         stream, arrays, monkeypatch):
     x, y, z, out, a = arrays
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     executable = graph._executable()
     plan_rebind = type(executable).plan_rebind
 
@@ -336,7 +325,7 @@ def test_a_change_the_driver_refuses_is_a_rebind_error_and_changes_nothing(
 def test_a_view_of_an_array_the_graph_uses_whole_is_refused(stream, arrays):
     x, y, z, out, a = arrays
     big = dev(np.zeros(8), stream)
-    graph = captured(stream, lambda: scaled_add[1, 8, stream](x, y, out, a))
+    graph = captured(stream, lambda: axpy[1, 8, stream](x, y, out, a))
     with pytest.raises(ng.RebindError, match="reaches past its end"):
         graph.rebind({out[:4]: big[:4]})
     _unchanged(graph, stream, arrays)
