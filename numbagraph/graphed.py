@@ -67,7 +67,7 @@ class _Entry:
     position among the call's values) and how to build the result."""
 
     __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig", "seen",
-                 "transitions", "reached")
+                 "transitions", "reached", "twins")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
                  result: _Result, before: int = 0, sig: tuple = (), seen: _Seen | None = None):
@@ -90,6 +90,10 @@ class _Entry:
         # The memory the function reached other than through its arguments
         # when the graph was captured (_reached).
         self.reached: list[Reached] = []
+        # The signature's other graphs (_twin), each bound for good to a
+        # remembered call's arrays that keep coming back; kept by the entry
+        # the cache holds the signature under, empty on the others.
+        self.twins: list[_Entry] = []
 
     def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
         """Hold ``values`` as those the graph is bound to now."""
@@ -103,12 +107,15 @@ class _Seen:
     signature and ``{position: (pointer, start, end)}`` of each distinct
     array, which callers share and never change."""
 
-    __slots__ = ("keys", "held", "sig", "spans", "again")
+    __slots__ = ("keys", "held", "sig", "spans", "again", "twin")
 
     def __init__(self, values: tuple, keys: tuple, sig: tuple, spans: dict[int, tuple]):
         self.keys, self.sig, self.spans = keys, sig, spans
         # Whether a later call was given these values again.
         self.again = False
+        # The graph of the signature bound to these values for as long as
+        # they are remembered (_twin), if one is.
+        self.twin: _Entry | None = None
         self.held: tuple[tuple[Any] | weakref.ref[Any], ...] = tuple(
             (value,) if s[0] == _VALUE else weakref.ref(value) for value, s in zip(values, sig))
 
@@ -131,7 +138,7 @@ class _Cache:
 
     __slots__ = ("lock", "entries", "families", "warm", "seen", "last_values", "last_keys",
                  "last_entry", "last_sig", "hits", "captures", "rebinds", "evictions", "eager",
-                 "resizes")
+                 "resizes", "twins")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -152,6 +159,12 @@ class _Cache:
         self.last_sig: tuple | None = None
         self.hits = self.captures = self.rebinds = self.evictions = self.eager = 0
         self.resizes = 0
+        # Twins held, over all entries.
+        self.twins = 0
+
+    def graphs(self) -> int:
+        """The graphs held: an entry's, and each of its twins'."""
+        return len(self.entries) + self.twins
 
     def forget(self, entry: _Entry) -> None:
         """Drop ``entry``, closed or about to be, from the families."""
@@ -280,6 +293,9 @@ _SEEN = 4
 # Rebindings an entry keeps to make again (_Entry.transitions); past that,
 # the oldest kept is forgotten.
 _TRANSITIONS = 16
+# Twins an entry has at most: one for each remembered call but the one the
+# entry is bound to.
+_TWINS = _SEEN - 1
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
@@ -312,29 +328,80 @@ def _recent(cache: _Cache, values: tuple, keys: tuple) -> _Seen | None:
     return None
 
 
-def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple) -> _Entry | None:
-    """The call of the values ``seen`` knows made, its graph launched, where
-    the graph of their signature is bound to them or keeps the rebinding
-    from the values it holds to them: its entry. None where not: the call
-    is worked out in full."""
+class _MakeTwin:
+    """``_again``'s answer where the call's values get a graph of their own
+    (``GraphedFunction._twin``)."""
+
+
+_TWIN = _MakeTwin()
+
+
+def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple,
+           max_graphs: int) -> _Entry | _MakeTwin | None:
+    """The call of the values ``seen`` knows made, where a graph of their
+    signature is bound to them (their twin, or the signature's entry) or
+    the entry keeps the rebinding from the values it holds to them: the
+    entry launched. ``_TWIN`` where the values came back to an entry bound
+    to others that may have a twin. None where neither: the call is worked
+    out in full."""
     sig = seen.sig
     entry = cache.entries.get(sig)
-    if entry is None or entry.seen is None:
+    if entry is None:
         return None
-    # As the full call does: the graph is the latest used, and no call
+    twin = seen.twin
+    if twin is None and entry.seen is None:
+        return None
+    # As the full call does: the signature is the latest used, and no call
     # takes the hot path until it launched.
     cache.last_entry = cache.last_values = None
     cache.entries.move_to_end(sig)
-    if entry.seen is not seen:
-        if not _redone(entry, (entry.seen, seen), values):
-            return None
-        cache.rebinds += 1
-    entry.bind(values, seen.spans, seen)
+    if twin is not None:
+        entry = twin
+    else:
+        if entry.seen is not seen:
+            if (len(entry.twins) < _TWINS and cache.graphs() < max_graphs
+                    and entry.graph._res.memory is None):
+                return _TWIN
+            if not _redone(entry, (entry.seen, seen), values):
+                return None
+            cache.rebinds += 1
+        entry.bind(values, seen.spans, seen)
     cache.hits += 1
     entry.launch()
     cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
     cache.last_keys = keys
     return entry
+
+
+def _drop_twins(cache: _Cache, entry: _Entry, why: str) -> None:
+    """Close every twin of ``entry``."""
+    twins, entry.twins = entry.twins, []
+    for twin in twins:
+        _drop_twin(cache, twin, why)
+
+
+def _drop_twin(cache: _Cache, twin: _Entry, why: str) -> None:
+    """Close ``twin``, taken from its entry's twins already."""
+    if twin.seen is not None:
+        twin.seen.twin = None
+    cache.twins -= 1
+    if cache.last_entry is twin:
+        cache.last_entry = cache.last_values = None
+    _close(twin, why)
+
+
+def _forget_seen(cache: _Cache, dropped: list[_Seen], name: str) -> None:
+    """The calls ``dropped`` are no longer remembered: their twins, which no
+    call can find any more, are closed."""
+    for seen in dropped:
+        twin = seen.twin
+        if twin is None:
+            continue
+        entry = cache.entries.get(twin.sig)
+        if entry is not None and twin in entry.twins:
+            entry.twins.remove(twin)
+        _drop_twin(cache, twin, f"the graph of {name}() for arrays that stopped "
+                                "coming back")
 
 
 def _close(entry: _Entry, why: str) -> None:
@@ -450,9 +517,11 @@ class GraphedFunction:
             searched = bool(cache.seen) and not _graphmem.held[0]
             recent = _recent(cache, values, keys) if searched else None
             if recent is not None:
-                again = _again(cache, recent, values, keys)
-                if again is not None:
+                again = _again(cache, recent, values, keys, self._max)
+                if isinstance(again, _Entry):
                     return _result_of(again.result, values)
+                if again is _TWIN:
+                    return self._twin(cache, recent, stream, args, kwargs, keys, values)
             return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
 
     def _cache(self, handle: int) -> _Cache:
@@ -470,6 +539,13 @@ class GraphedFunction:
         if _graphmem.held[0]:
             _refuse_graph_memory(values, lambda i: _name_of(i, len(args), keys), self._name)
         sig, spans, seen = self._signature(cache, values, len(args), keys, recent, searched)
+        if seen is not None and seen.again and not searched:
+            # The short way, where the call skipped it to check its values.
+            again = _again(cache, seen, values, keys, self._max)
+            if isinstance(again, _Entry):
+                return _result_of(again.result, values)
+            if again is _TWIN:
+                return self._twin(cache, seen, stream, args, kwargs, keys, values)
         # Until this call's graph has launched, no call takes the hot path.
         cache.last_entry = cache.last_values = None
         entry = cache.entries.get(sig)
@@ -559,8 +635,7 @@ class GraphedFunction:
         cache.rebinds += 1
         return None
 
-    @staticmethod
-    def _signature(cache: _Cache, values: tuple, nargs: int, keys: tuple,
+    def _signature(self, cache: _Cache, values: tuple, nargs: int, keys: tuple,
                    recent: _Seen | None = None,
                    searched: bool = False) -> tuple[tuple, dict[int, tuple], _Seen | None]:
         """A call's signature, ``(pointer, start, end)`` of each distinct
@@ -607,7 +682,10 @@ class GraphedFunction:
             return sig, spans, None
         made = _Seen(values, keys, sig, spans)
         cache.seen.insert(0, made)
-        del cache.seen[_SEEN:]
+        dropped = cache.seen[_SEEN:]
+        if dropped:
+            del cache.seen[_SEEN:]
+            _forget_seen(cache, dropped, self._name)
         return sig, spans, made
 
     def _capture(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
@@ -616,6 +694,42 @@ class GraphedFunction:
         warm = _resize.family_of(sig) if self._sizes else sig
         if before is None:
             before = cache.warm.get(warm, 0)  # the warm-up calls
+        entry = self._captured(sig, stream, args, kwargs, values, spans, seen, before)
+        cache.entries[sig] = entry
+        if self._sizes:
+            family = _resize.family_of(sig)
+            cache.families[family] = [entry, *cache.families.get(family, ())]
+        cache.warm.pop(warm, None)
+        cache.captures += 1
+        if cache.graphs() > self._max:
+            # Twins go before any signature's graph, the least recently used
+            # signature's first.
+            for held in list(cache.entries.values()):
+                if cache.graphs() <= self._max:
+                    break
+                _drop_twins(cache, held, f"the graph of {self._name}() for arrays that "
+                                         f"came back, closed to hold at most "
+                                         f"max_graphs={self._max}")
+        if len(cache.entries) > self._max:
+            old_sig, old = cache.entries.popitem(last=False)
+            cache.forget(old)
+            why = (f"the graph of {self._name}() for a signature its cache evicted "
+                   f"(max_graphs={self._max})")
+            _drop_twins(cache, old, why)
+            _close(old, why)
+            cache.evictions += 1
+            warnings.warn(
+                f"{self._name}() captured a graph for a new signature and closed the "
+                f"least recently used one, holding at most max_graphs={self._max}; "
+                f"{self._difference(old_sig, sig, names)}. Calls that keep bringing new "
+                "signatures capture every time: pass per-call values in DeviceScalars "
+                "and keep array layouts fixed, or raise max_graphs",
+                GraphedWarning, stacklevel=4)
+        return entry
+
+    def _captured(self, sig: tuple, stream: Any, args: tuple, kwargs: dict, values: tuple,
+                  spans: dict[int, tuple], seen: _Seen | None, before: int) -> _Entry:
+        """The call captured: an entry of ``sig``, bound to its values."""
         # What the function reaches besides its arguments, before and after
         # it ran: a run may rebind a global or a closure's cell.
         reached_before = reached(self._fn, len(args), list(kwargs))
@@ -635,26 +749,30 @@ class GraphedFunction:
         entry = _Entry(graph, values, spans, plan, before, sig, seen)
         entry.reached = list(dict.fromkeys(
             reached_before + reached(self._fn, len(args), list(kwargs))))
-        cache.entries[sig] = entry
-        if self._sizes:
-            family = _resize.family_of(sig)
-            cache.families[family] = [entry, *cache.families.get(family, ())]
-        cache.warm.pop(warm, None)
-        cache.captures += 1
-        if len(cache.entries) > self._max:
-            old_sig, old = cache.entries.popitem(last=False)
-            cache.forget(old)
-            _close(old, f"the graph of {self._name}() for a signature its cache evicted "
-                        f"(max_graphs={self._max})")
-            cache.evictions += 1
-            warnings.warn(
-                f"{self._name}() captured a graph for a new signature and closed the "
-                f"least recently used one, holding at most max_graphs={self._max}; "
-                f"{self._difference(old_sig, sig, names)}. Calls that keep bringing new "
-                "signatures capture every time: pass per-call values in DeviceScalars "
-                "and keep array layouts fixed, or raise max_graphs",
-                GraphedWarning, stacklevel=4)
         return entry
+
+    def _twin(self, cache: _Cache, seen: _Seen, stream: Any, args: tuple, kwargs: dict,
+              keys: tuple, values: tuple) -> Any:
+        """The call, of values a remembered call was given that came back to
+        a graph bound to others: captured again, into a graph bound to them
+        for good, launched whenever they come back while they are
+        remembered (instead of rebinding one graph to and fro)."""
+        sig = seen.sig
+        twin = self._captured(sig, stream, args, kwargs, values, seen.spans, seen, 0)
+        cache.captures += 1
+        entry = cache.entries.get(sig)
+        if entry is None:
+            # The function cleared its own cache while it was captured.
+            twin.launch()
+            _close(twin, f"the graph of {self._name}() captured while it was cleared")
+            return _result_of(twin.result, values)
+        entry.twins.append(twin)
+        seen.twin = twin
+        cache.twins += 1
+        twin.launch()
+        cache.last_sig, cache.last_entry, cache.last_values = sig, twin, values
+        cache.last_keys = keys
+        return _result_of(twin.result, values)
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                 values: tuple, spans: dict[int, tuple],
@@ -681,6 +799,8 @@ class GraphedFunction:
                                       handle, accept)
         if reason is None:
             entry = held[taken]
+            _drop_twins(cache, entry, f"the graph of {self._name}() for arrays of the "
+                                      "sizes its signature's graph no longer has")
             del cache.entries[entry.sig]
             entry.sig, entry.result = sig, plans[0]
             entry.bind(values, spans, seen)
@@ -714,6 +834,8 @@ class GraphedFunction:
         memory = entry.graph._res.memory
         before = entry.before + (memory.launches if memory is not None else 0)
         _close(entry, f"the graph of {self._name}() captured again for other arrays")
+        # The twins, bound to arrays of their own, go on with the new graph.
+        twins, entry.twins = entry.twins, []
         if cublas and _CUBLAS_WARNING not in self._warned:
             self._warned.add(_CUBLAS_WARNING)
             warnings.warn(
@@ -724,8 +846,16 @@ class GraphedFunction:
                 "kernel, which rebinds: ng.set_matmul_backend('numba')",
                 GraphedWarning, stacklevel=4)
         names = [_name_of(i, len(args), keys) for i in range(len(values))]
-        return self._capture(cache, sig, stream, args, kwargs, values, spans, seen, names,
-                             before)
+        try:
+            again = self._capture(cache, sig, stream, args, kwargs, values, spans, seen,
+                                  names, before)
+        except BaseException:
+            for twin in twins:
+                _drop_twin(cache, twin, f"the graph of {self._name}() for arrays that "
+                                        "came back, whose signature failed to capture")
+            raise
+        again.twins = twins
+        return again
 
     def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
         for name, a, b in zip(names, old, new):
@@ -776,7 +906,7 @@ class GraphedFunction:
         return GraphedCacheInfo(
             sum(c.hits for c in caches), sum(c.captures for c in caches),
             sum(c.rebinds for c in caches), sum(c.evictions for c in caches),
-            sum(c.eager for c in caches), sum(len(c.entries) for c in caches), self._max,
+            sum(c.eager for c in caches), sum(c.graphs() for c in caches), self._max,
             sum(c.resizes for c in caches))
 
     def clear(self) -> None:
@@ -795,6 +925,8 @@ class GraphedFunction:
         for _, cache in caches:
             with cache.lock:
                 for entry in cache.entries.values():
+                    for twin in entry.twins:
+                        _close(twin, f"the graph of {self._name}() that clear() closed")
                     _close(entry, f"the graph of {self._name}() that clear() closed")
                 cache.reset()
 

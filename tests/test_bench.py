@@ -872,6 +872,7 @@ def test_the_profile_reports_every_hot_path():
     finally:
         ctx.close()
     titles = [line for line in text.splitlines() if line.startswith("== ")]
-    assert len(titles) == 4
-    assert "two sets of arrays in turn" in titles[2] and "new each call" in titles[3]
-    assert text.count("   ncalls") == 4
+    assert len(titles) == 5
+    assert "two sets of arrays in turn (" in titles[2]
+    assert "turn, max_graphs=1 (" in titles[3] and "new each call" in titles[4]
+    assert text.count("   ncalls") == 5

@@ -284,7 +284,8 @@ def test_example_step_with_temporaries_runs(capsys):
 
 def test_example_rk4_pingpong_runs(capsys):
     out = _example_output("rk4_pingpong.py", capsys)
-    assert "graphed: 1 capture" in out
+    assert "graphed: 2 captures (a graph per pair), then" in out
+    assert "0 of them rebound" in out
     assert "graphed result matches eager bit for bit" in out
 
 

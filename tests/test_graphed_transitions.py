@@ -1,6 +1,8 @@
 """A graphed function's rebindings made again: a call bringing back arrays
 a graph was bound to before sets the nodes that rebinding changed, with no
-moves worked out, and holds the graph as a rebinding would."""
+moves worked out, and holds the graph as a rebinding would. The functions
+here hold one graph a signature (``max_graphs``), so that arrays that come
+back rebind it rather than get a graph of their own (test_graphed_twins)."""
 
 import gc
 import weakref
@@ -41,7 +43,7 @@ def test_arrays_brought_back_are_bound_again_without_working_out_moves(stream, m
     sets = [tuple(dev(np.arange(16) * (k + 1) + j, stream) for j in range(3)) for k in range(3)]
     two = ng.DeviceScalar(2.0, np.float32, stream=stream)
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, max_graphs=1)
     def step(x, y, out):
         axpy[1, 16, stream](x, y, out, two)
         return out
@@ -66,7 +68,7 @@ def test_views_and_scalars_move_with_their_arrays(stream, moves):
     outs = [dev(np.zeros(n), stream) for _ in range(2)]
     scales = [ng.DeviceScalar(s, np.float32, stream=stream) for s in (2.0, 3.0)]
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, max_graphs=1)
     def step(x, out, a):
         axpy[1, n, stream](x, x, out, a)
         shift_add[1, n, stream](x[2:], out[:-2])
@@ -88,7 +90,7 @@ def test_views_and_scalars_move_with_their_arrays(stream, moves):
 def test_a_rebinding_kept_to_be_made_again_keeps_no_array_alive(stream):
     x = dev(np.arange(8), stream)
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, max_graphs=1)
     def step(out):
         shift_add[1, 8, stream](x, out)
         return out
@@ -109,7 +111,7 @@ def test_a_rebinding_kept_to_be_made_again_keeps_no_array_alive(stream):
 
 
 def test_a_graph_given_new_sizes_works_its_moves_out_again(stream, moves):
-    @ng.graphed(stream=stream, sizes="update")
+    @ng.graphed(stream=stream, sizes="update", max_graphs=1)
     def step(x, out):
         shift_add[4, 16, stream](x, out)
         return out
@@ -138,7 +140,7 @@ def test_a_change_of_the_graph_between_calls_is_not_undone(stream):
     xs = [dev(np.arange(8) + k, stream) for k in range(2)]
     out = dev(np.zeros(8), stream)
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, max_graphs=1)
     def step(x):
         shift_add[1, 8, stream](x, out)
 
@@ -173,7 +175,7 @@ def test_what_a_graph_keeps_of_its_rebindings_names_no_array(stream):
     scales = [ng.DeviceScalar(s, np.float32, stream=stream) for s in (2.0, 3.0)]
     outs = [dev(np.zeros(8), stream) for _ in range(2)]
 
-    @ng.graphed(stream=stream)
+    @ng.graphed(stream=stream, max_graphs=1)
     def step(out, a):
         axpy[1, 8, stream](x, x, out, a)
         shift_add[1, 8, stream](x[1:], out)
@@ -195,8 +197,10 @@ def triples(stream, count, n=16, base=10):
 
 
 def axpy_step(stream, **options):
-    """``step(x, y, out)``: out = 2 x + y, graphed on ``stream``."""
+    """``step(x, y, out)``: out = 2 x + y, graphed on ``stream`` (holding one
+    graph unless ``options`` say otherwise)."""
     two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+    options.setdefault("max_graphs", 1)
 
     @ng.graphed(stream=stream, **options)
     def step(x, y, out):
@@ -214,7 +218,7 @@ def called(step, arrays, stream):
 
 def test_two_signatures_taking_turns_each_make_their_own_rebindings_again(stream, moves):
     small, large = triples(stream, 2, n=8), triples(stream, 2, base=100)
-    step = axpy_step(stream)
+    step = axpy_step(stream, max_graphs=2)
     worked_out = []
     for call in range(16):
         # The signatures alternate: no call finds its arrays in the call before.

@@ -327,27 +327,34 @@ def _setting(ctx: Context) -> types.SimpleNamespace:
 
 
 def _graphed(ctx: Context, arrays: _Arrays, nodes: int, change: str,
-             what: str | None = None) -> Contender:
+             what: str | None = None, max_graphs: int = 16) -> Contender:
     what = what or case(nodes, change)
     setting = _setting(ctx)
     s = setting.stream
-    f = ng.graphed(make_step(nodes, s, setting.grid), stream=s)
+    f = ng.graphed(make_step(nodes, s, setting.grid), stream=s, max_graphs=max_graphs)
     turns = arrays.triples(change)
     arrays.check(what, lambda args: f(*args), [*turns, *turns], s.synchronize)
-    calls = _alternating(turns, _calls(ctx.config, nodes))
+    # Whole rounds: batches that follow one another keep the turns' order,
+    # so that no set comes back sooner than its turn.
+    count = -(-_calls(ctx.config, nodes) // len(turns)) * len(turns)
+    calls = _alternating(turns, count)
 
     def batch():
         for args in calls:
             f(*args)
 
+    # Two sets taking turns get a graph each where the function may hold
+    # two; else one graph is rebound from set to set.
+    twins = change in (ONE, ALL) and max_graphs > 1
+    captures, rebinds = (2, False) if twins else (1, change != SAME)
+
     def close():
         info = f.cache_info()
         f.clear()
-        changes = change != SAME
-        if info.captures != 1 or info.evictions or (info.rebinds > 0) != changes:
+        if info.captures != captures or info.evictions or (info.rebinds > 0) != rebinds:
             raise AssertionError(
-                f"{what}: cache_info() {info}: expected one capture, "
-                f"no eviction and {'rebinds' if changes else 'no rebind'}"
+                f"{what}: cache_info() {info}: expected {captures} capture(s), "
+                f"no eviction and {'rebinds' if rebinds else 'no rebind'}"
             )
 
     return Contender(batch, len(calls), s.synchronize, close=close,
@@ -476,8 +483,10 @@ def _torch(ctx: Context, arrays: _Arrays, nodes: int, what: str) -> Contender:
 
 
 def _sized(ctx: Context, arrays: _Arrays, nodes: int, what: str) -> Contender:
-    contender = _graphed(ctx, arrays, nodes, ONE, what)
-    contender.note = "f(x, y, z) with x changed each call: a rebind + launch"
+    # One graph, rebound to the other input each call.
+    contender = _graphed(ctx, arrays, nodes, ONE, what, max_graphs=1)
+    contender.note = ("f(x, y, z) with x changed each call, f = ng.graphed(step, stream=s, "
+                      "max_graphs=1): a rebind + launch")
     return contender
 
 
@@ -938,7 +947,8 @@ def _moving_graphed(ctx: Context, kind: str, nodes: int, moved: int) -> _HostCal
     setting = _setting(ctx)
     s = setting.stream
     pair, check = _moving_args(ctx, kind)
-    f = ng.graphed(_moving_step(kind, nodes, moved, s, setting.grid), stream=s)
+    # One graph, so that the arrays taking turns rebind it.
+    f = ng.graphed(_moving_step(kind, nodes, moved, s, setting.grid), stream=s, max_graphs=1)
     what = moved_case(nodes, moved, kind)
     check(what, lambda args: f(*args), [*pair, *pair], s.synchronize)
 
@@ -951,7 +961,7 @@ def _moving_graphed(ctx: Context, kind: str, nodes: int, moved: int) -> _HostCal
 
     return _HostCalls(f, _alternating(pair, _calls(ctx.config, nodes)), s.synchronize,
                       close, f"f(...) moving {moved} {kind} nodes of {nodes} each call, "
-                             "f = ng.graphed(step, stream=s)")
+                             "f = ng.graphed(step, stream=s, max_graphs=1)")
 
 
 def _moving_plain(ctx: Context, kind: str, nodes: int, moved: int) -> _HostCalls:

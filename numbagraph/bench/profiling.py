@@ -82,8 +82,9 @@ def profile_hot_paths(ctx: Context) -> str:
 
 
 def _graphed_calls(ctx: Context, calls: int) -> list[str]:
-    """Reports of a graphed step's calls with arrays taking turns, and with
-    an input new each call."""
+    """Reports of a graphed step's calls with arrays taking turns (a graph
+    for each set, and one graph rebound from set to set), and with an input
+    new each call."""
     from .graphed import ROUND, make_step
 
     s = cuda.stream()
@@ -93,8 +94,10 @@ def _graphed_calls(ctx: Context, calls: int) -> list[str]:
               for _ in range(ROUND)]
     y, z = (cuda.device_array(ctx.config.elements, np.float32, stream=s) for _ in range(2))
     reports = []
-    for title, turn in (("two sets of arrays in turn", 2), ("an input new each call", ROUND)):
-        f = ng.graphed(make_step(nodes, s, grid), stream=s)
+    for title, turn, graphs in (("two sets of arrays in turn", 2, 16),
+                                ("two sets of arrays in turn, max_graphs=1", 2, 1),
+                                ("an input new each call", ROUND, 16)):
+        f = ng.graphed(make_step(nodes, s, grid), stream=s, max_graphs=graphs)
         # Past the warm-up, the capture and each rebinding's first time.
         for k in range(2 * ROUND):
             f(inputs[k % turn], y, z)

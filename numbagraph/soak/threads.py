@@ -260,7 +260,9 @@ class _Sharing:
             advance[1, w, s](src, dst, one)
             return dst
 
-        self.step = ng.graphed(step, stream=s)
+        # One graph, rebound from pair to pair (the pairs coming back would
+        # otherwise get graphs of their own).
+        self.step = ng.graphed(step, stream=s, max_graphs=1)
         # Made here: simulated kernels running on other threads swap the
         # kernels' module's `cuda` for the simulator's.
         self.pairs = [[self._zeros(), self._zeros()] for _ in range(plan.threads)]

@@ -195,7 +195,9 @@ def rebinds(plan: Plan) -> list[Result]:
         advance[1, w, s](scratch, y, one)
         return y
 
-    graphed = ng.graphed(step, stream=s, warmup=1)
+    # One graph, so that the pairs taking turns rebind it rather than get graphs
+    # of their own.
+    graphed = ng.graphed(step, stream=s, warmup=1, max_graphs=1)
     count = 0
 
     def call(n: int) -> None:
