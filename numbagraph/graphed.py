@@ -5,9 +5,10 @@ array or DeviceScalar (not its address), and the value of anything else. The
 first calls of a signature run the function as written (compiling its
 kernels); the next one captures it. After that, a call of that signature
 rebinds the graph to the arrays it is given, if they are not the ones the
-graph holds, and replays it. With ``sizes="update"``, a call whose arrays
-differ from a kept graph's only in shape gives that graph the call's sizes
-by node updates (``_resize``) instead of capturing another.
+graph holds, and replays it; arrays that take turns get graphs of their
+own (twins), each bound to them for good. With ``sizes="update"``, a call
+whose arrays differ from a kept graph's only in shape gives that graph the
+call's sizes by node updates (``_resize``) instead of capturing another.
 """
 
 from __future__ import annotations
@@ -948,7 +949,11 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     captures it into a graph and launches that. A later call of a known
     signature rebinds the graph to the arrays it is given (without capturing
     or instantiating again) when they differ from the ones the graph holds,
-    and launches it; a call with the same arrays launches it at once.
+    and launches it; a call with the same arrays launches it at once. Arrays
+    that take turns (a ping-pong, a ring of up to four sets) get a graph of
+    their own each, captured when a set comes back to a graph bound to
+    another, and launched with nothing rebound while the function holds
+    fewer than ``max_graphs`` graphs.
     Arrays the function allocates inside (``ng.empty`` and its kin) are
     memory of its graph; one it returns is returned as a new array object
     at each call, valid until the next call of that signature.
@@ -983,7 +988,8 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     warmup
         Calls of a new signature run as written before it is captured.
     max_graphs
-        Graphs kept per stream.
+        Graphs kept per stream: a signature's, and those of arrays that take
+        turns (1: one graph, rebound from set to set).
     sizes
         ``"capture"``: a graph per signature, shapes included. ``"update"``:
         a new shape of known work updates the graph kept for it.
