@@ -138,8 +138,8 @@ class _Cache:
     made on it; one call at a time."""
 
     __slots__ = ("lock", "entries", "families", "warm", "seen", "last_values", "last_keys",
-                 "last_entry", "last_sig", "hits", "captures", "rebinds", "evictions", "eager",
-                 "resizes", "twins")
+                 "last_entry", "last_sig", "prev_entry", "prev_seen", "hits", "captures",
+                 "rebinds", "evictions", "eager", "resizes", "twins")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -158,6 +158,11 @@ class _Cache:
         self.last_keys: tuple = ()
         self.last_entry: _Entry | None = None
         self.last_sig: tuple | None = None
+        # The launch of the call before the last: its entry, and the _Seen
+        # of its values, which the entry was bound to then (_turn). Neither
+        # holds an array the entry no longer does.
+        self.prev_entry: _Entry | None = None
+        self.prev_seen: _Seen | None = None
         self.hits = self.captures = self.rebinds = self.evictions = self.eager = 0
         self.resizes = 0
         # Twins held, over all entries.
@@ -322,11 +327,27 @@ def _recent(cache: _Cache, values: tuple, keys: tuple) -> _Seen | None:
     found = cache.seen
     for k, seen in enumerate(found):
         if seen.spans_of(values, keys) is not None:
-            seen.again = True
-            if k:  # the latest used first
-                found.insert(0, found.pop(k))
+            _given_again(found, k, seen)
             return seen
     return None
+
+
+def _given_again(found: list[_Seen], k: int, seen: _Seen) -> None:
+    """``seen``, ``found[k]`` among the remembered calls, marked as given
+    again and made the latest used."""
+    seen.again = True
+    if k:
+        found.insert(0, found.pop(k))
+
+
+def _launched(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entry:
+    """``entry``, bound to the call's values, launched, and the call the
+    last one (the hot path's)."""
+    cache.hits += 1
+    entry.launch()
+    cache.last_sig, cache.last_entry, cache.last_values = entry.sig, entry, values
+    cache.last_keys = keys
+    return entry
 
 
 class _MakeTwin:
@@ -354,7 +375,7 @@ def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple,
         return None
     # As the full call does: the signature is the latest used, and no call
     # takes the hot path until it launched.
-    cache.last_entry = cache.last_values = None
+    _disarm(cache)
     cache.entries.move_to_end(sig)
     if twin is not None:
         entry = twin
@@ -367,11 +388,7 @@ def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple,
                 return None
             cache.rebinds += 1
         entry.bind(values, seen.spans, seen)
-    cache.hits += 1
-    entry.launch()
-    cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
-    cache.last_keys = keys
-    return entry
+    return _launched(cache, entry, values, keys)
 
 
 def _drop_twins(cache: _Cache, entry: _Entry, why: str) -> None:
@@ -388,6 +405,8 @@ def _drop_twin(cache: _Cache, twin: _Entry, why: str) -> None:
     cache.twins -= 1
     if cache.last_entry is twin:
         cache.last_entry = cache.last_values = None
+    if cache.prev_entry is twin:
+        cache.prev_entry = cache.prev_seen = None
     _close(twin, why)
 
 
@@ -406,11 +425,40 @@ def _forget_seen(cache: _Cache, dropped: list[_Seen], name: str) -> None:
 
 
 def _close(entry: _Entry, why: str) -> None:
-    """Close an entry's graph, saying why to the results that outlive it."""
+    """Close an entry's graph, saying why to the results that outlive it;
+    the entry is bound to no call's values any more."""
+    entry.seen = None
     memory = entry.graph._res.memory
     if memory is not None:
         memory.closed_by = why
     entry.graph.close()
+
+
+def _disarm(cache: _Cache) -> None:
+    """No call takes the hot path until the call under way has launched;
+    the last call's launch becomes the one before, where its values are
+    known by a _Seen."""
+    entry = cache.last_entry
+    if entry is None:
+        return
+    if entry.seen is not None:
+        cache.prev_entry, cache.prev_seen = entry, entry.seen
+    cache.last_entry = cache.last_values = None
+
+
+def _turn(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entry:
+    """The call of the values of the call before the last, whose entry is
+    still bound to them (two sets of arrays taking turns, each with its
+    graph): the entry launched, with the bookkeeping the short way does."""
+    seen = cache.prev_seen
+    _disarm(cache)
+    cache.entries.move_to_end(entry.sig)
+    found = cache.seen
+    for k, known in enumerate(found):
+        if known is seen:
+            _given_again(found, k, known)
+            break
+    return _launched(cache, entry, values, keys)
 
 
 def _refuse_graph_memory(values: tuple, names: Any, name: str) -> None:
@@ -513,8 +561,15 @@ class GraphedFunction:
                     if type(plan) is int:
                         return values[plan]
                     return None if plan is None else _result_of(plan, values)
-            # Next (arrays taking turns): the values of a recent call, and a
-            # rebinding to them the graph made before, made again.
+            # Next (two sets of arrays taking turns): the values of the call
+            # before the last, their graph still bound to them.
+            entry, seen = cache.prev_entry, cache.prev_seen
+            if (entry is not None and entry.seen is seen
+                    and seen.spans_of(values, keys) is not None):  # type: ignore[union-attr]
+                return _result_of(_turn(cache, entry, values, keys).result, values)
+            # Next (arrays taking turns): the values of a recent call, and
+            # their graph, or a rebinding to them the graph made before, made
+            # again.
             searched = bool(cache.seen) and not _graphmem.held[0]
             recent = _recent(cache, values, keys) if searched else None
             if recent is not None:
@@ -548,7 +603,7 @@ class GraphedFunction:
             if again is _TWIN:
                 return self._twin(cache, seen, stream, args, kwargs, keys, values)
         # Until this call's graph has launched, no call takes the hot path.
-        cache.last_entry = cache.last_values = None
+        _disarm(cache)
         entry = cache.entries.get(sig)
         tried = False
         if entry is None and self._sizes:

@@ -5,6 +5,7 @@ back, while the function holds fewer than ``max_graphs`` graphs and while
 the call is remembered."""
 
 import gc
+import sys
 import warnings
 import weakref
 
@@ -80,6 +81,39 @@ def test_sets_taking_turns_each_get_a_graph_and_nothing_is_rebound(stream, count
         called(step, sets[call % turns], stream)
     assert counted == before        # launched: no call worked out, nothing rebound
     assert step.cache_info().rebinds == info.rebinds
+
+
+def test_two_sets_in_turn_are_launched_without_searching_the_remembered_calls(
+        stream, monkeypatch):
+    import numbagraph.graphed  # noqa: F401  the module, which the package's name hides
+    module = sys.modules["numbagraph.graphed"]
+    sets, step = sets_of(stream, 2), axpy_step(stream)
+    for call in range(4):
+        called(step, sets[call % 2], stream)
+    searched = [0]
+    original = module._recent
+
+    def counted(*args):
+        searched[0] += 1
+        return original(*args)
+
+    monkeypatch.setattr(module, "_recent", counted)
+    for call in range(6):
+        called(step, sets[call % 2], stream)
+    assert searched[0] == 0
+    # A third set is searched for and rebinds the signature's graph; the
+    # first set's graph is found by searching, then the second set, whose
+    # graph that was, gets one of its own; after that neither is searched.
+    called(step, sets_of(stream, 1)[0], stream)
+    assert searched[0] == 1
+    for call in range(2):
+        called(step, sets[call % 2], stream)
+    assert searched[0] == 3
+    for call in range(6):
+        called(step, sets[call % 2], stream)
+    assert searched[0] == 3
+    info = step.cache_info()
+    assert (info.graphs, info.captures) == (3, 3)
 
 
 def test_more_sets_in_turn_than_calls_remembered_rebind_one_graph(stream):
