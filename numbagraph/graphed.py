@@ -47,7 +47,8 @@ class GraphedCacheInfo(NamedTuple):
     rebinds: int
     """Calls that rebound a graph to other arrays before replaying it."""
     evictions: int
-    """Graphs closed to keep at most ``max_graphs`` per stream."""
+    """Signatures' graphs closed to keep at most ``max_graphs`` per stream
+    (graphs of arrays that take turns, closed first, are not counted)."""
     eager: int
     """Calls that ran the function as written (warm-up, or inside a capture)."""
     graphs: int
@@ -68,7 +69,7 @@ class _Entry:
     position among the call's values) and how to build the result."""
 
     __slots__ = ("graph", "launch", "bound", "spans", "result", "before", "sig", "seen",
-                 "transitions", "reached", "twins")
+                 "transitions", "reached", "twins", "twinless", "turns")
 
     def __init__(self, graph: CapturedGraph, values: tuple, spans: dict[int, tuple],
                  result: _Result, before: int = 0, sig: tuple = (), seen: _Seen | None = None):
@@ -95,6 +96,11 @@ class _Entry:
         # remembered call's arrays that keep coming back; kept by the entry
         # the cache holds the signature under, empty on the others.
         self.twins: list[_Entry] = []
+        # Whether the entry makes no more twins: one failed to capture, or
+        # was forgotten before it paid for its capture (_PAYBACK).
+        self.twinless = False
+        # Calls that launched its graph other than by the hot path.
+        self.turns = 0
 
     def bind(self, values: tuple, spans: dict[int, tuple], seen: _Seen | None) -> None:
         """Hold ``values`` as those the graph is bound to now."""
@@ -104,7 +110,8 @@ class _Entry:
 class _Seen:
     """A recent call's values, for a later call given the same objects to
     skip working out its signature: each array weakly (it may be freed
-    meanwhile, and its id reused), each plain value as it is; with that
+    meanwhile, and its id reused; its twin, if any, holds them), each plain
+    value as it is; with that
     signature and ``{position: (pointer, start, end)}`` of each distinct
     array, which callers share and never change."""
 
@@ -139,14 +146,17 @@ class _Cache:
 
     __slots__ = ("lock", "entries", "families", "warm", "seen", "last_values", "last_keys",
                  "last_entry", "last_sig", "prev_entry", "prev_seen", "hits", "captures",
-                 "rebinds", "evictions", "eager", "resizes", "twins")
+                 "rebinds", "evictions", "eager", "resizes", "twins", "generation")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        # Moves on at each reset: work begun before one knows it was cleared.
+        self.generation = 0
         self.reset()
 
     def reset(self) -> None:
         """Forget every graph, signature and count (the lock stays)."""
+        self.generation += 1
         self.entries: OrderedDict[tuple, _Entry] = OrderedDict()
         # With sizes="update": each family's (``_resize.family_of``) graphs,
         # the latest used first.
@@ -302,6 +312,11 @@ _TRANSITIONS = 16
 # Twins an entry has at most: one for each remembered call but the one the
 # entry is bound to.
 _TWINS = _SEEN - 1
+# Calls a twin is launched by, other than by the hot path, to pay for its
+# capture (about what rebindings of a small step that many cost): one
+# forgotten before that stops its entry making twins, for arrays that come
+# back too seldom.
+_PAYBACK = 16
 
 _PER_THREAD = _registry.PER_THREAD_HANDLE
 
@@ -344,6 +359,7 @@ def _launched(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entr
     """``entry``, bound to the call's values, launched, and the call the
     last one (the hot path's)."""
     cache.hits += 1
+    entry.turns += 1
     entry.launch()
     cache.last_sig, cache.last_entry, cache.last_values = entry.sig, entry, values
     cache.last_keys = keys
@@ -381,8 +397,8 @@ def _again(cache: _Cache, seen: _Seen, values: tuple, keys: tuple,
         entry = twin
     else:
         if entry.seen is not seen:
-            if (len(entry.twins) < _TWINS and cache.graphs() < max_graphs
-                    and entry.graph._res.memory is None):
+            if (not entry.twinless and len(entry.twins) < _TWINS
+                    and cache.graphs() < max_graphs and entry.graph._res.memory is None):
                 return _TWIN
             if not _redone(entry, (entry.seen, seen), values):
                 return None
@@ -420,6 +436,8 @@ def _forget_seen(cache: _Cache, dropped: list[_Seen], name: str) -> None:
         entry = cache.entries.get(twin.sig)
         if entry is not None and twin in entry.twins:
             entry.twins.remove(twin)
+            if twin.turns < _PAYBACK:
+                entry.twinless = True
         _drop_twin(cache, twin, f"the graph of {name}() for arrays that stopped "
                                 "coming back")
 
@@ -577,7 +595,9 @@ class GraphedFunction:
                 if isinstance(again, _Entry):
                     return _result_of(again.result, values)
                 if again is _TWIN:
-                    return self._twin(cache, recent, stream, args, kwargs, keys, values)
+                    twin = self._twin(cache, recent, stream, args, kwargs, keys, values)
+                    if twin is not None:
+                        return _result_of(twin.result, values)
             return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
 
     def _cache(self, handle: int) -> _Cache:
@@ -601,7 +621,9 @@ class GraphedFunction:
             if isinstance(again, _Entry):
                 return _result_of(again.result, values)
             if again is _TWIN:
-                return self._twin(cache, seen, stream, args, kwargs, keys, values)
+                twin = self._twin(cache, seen, stream, args, kwargs, keys, values)
+                if twin is not None:
+                    return _result_of(twin.result, values)
         # Until this call's graph has launched, no call takes the hot path.
         _disarm(cache)
         entry = cache.entries.get(sig)
@@ -759,13 +781,12 @@ class GraphedFunction:
         cache.captures += 1
         if cache.graphs() > self._max:
             # Twins go before any signature's graph, the least recently used
-            # signature's first.
+            # signature's first, each signature's oldest first.
+            why = (f"the graph of {self._name}() for arrays that came back, closed to "
+                   f"hold at most max_graphs={self._max}")
             for held in list(cache.entries.values()):
-                if cache.graphs() <= self._max:
-                    break
-                _drop_twins(cache, held, f"the graph of {self._name}() for arrays that "
-                                         f"came back, closed to hold at most "
-                                         f"max_graphs={self._max}")
+                while held.twins and cache.graphs() > self._max:
+                    _drop_twin(cache, held.twins.pop(0), why)
         if len(cache.entries) > self._max:
             old_sig, old = cache.entries.popitem(last=False)
             cache.forget(old)
@@ -808,27 +829,43 @@ class GraphedFunction:
         return entry
 
     def _twin(self, cache: _Cache, seen: _Seen, stream: Any, args: tuple, kwargs: dict,
-              keys: tuple, values: tuple) -> Any:
+              keys: tuple, values: tuple) -> _Entry | None:
         """The call, of values a remembered call was given that came back to
         a graph bound to others: captured again, into a graph bound to them
         for good, launched whenever they come back while they are
-        remembered (instead of rebinding one graph to and fro)."""
+        remembered (instead of rebinding one graph to and fro); its entry.
+        None where the capture failed: the signature's entry makes no more
+        twins, and the call is made by rebinding that entry's graph."""
         sig = seen.sig
-        twin = self._captured(sig, stream, args, kwargs, values, seen.spans, seen, 0)
+        generation = cache.generation
+        try:
+            twin = self._captured(sig, stream, args, kwargs, values, seen.spans, seen, 0)
+        except Exception as exc:  # noqa: BLE001  the graph kept serves the call
+            entry = cache.entries.get(sig)
+            if entry is not None:
+                entry.twinless = True
+            reason = f"twin: {type(exc).__name__}: {exc}"
+            if reason not in self._warned:
+                self._warned.add(reason)
+                warnings.warn(
+                    f"{self._name}() could not capture a graph of its own for arrays that "
+                    f"came back ({type(exc).__name__}: {exc}); its graph is rebound to "
+                    "them instead, as it is from now on", GraphedWarning, stacklevel=4)
+            return None
         cache.captures += 1
         entry = cache.entries.get(sig)
-        if entry is None:
+        if entry is None or cache.generation != generation:
             # The function cleared its own cache while it was captured.
             twin.launch()
             _close(twin, f"the graph of {self._name}() captured while it was cleared")
-            return _result_of(twin.result, values)
+            return twin
         entry.twins.append(twin)
         seen.twin = twin
         cache.twins += 1
         twin.launch()
         cache.last_sig, cache.last_entry, cache.last_values = sig, twin, values
         cache.last_keys = keys
-        return _result_of(twin.result, values)
+        return twin
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                 values: tuple, spans: dict[int, tuple],
@@ -887,34 +924,50 @@ class GraphedFunction:
         ``cublas``, an op refuses them."""
         del cache.entries[sig]
         cache.forget(entry)
-        memory = entry.graph._res.memory
-        before = entry.before + (memory.launches if memory is not None else 0)
-        _close(entry, f"the graph of {self._name}() captured again for other arrays")
-        # The twins, bound to arrays of their own, go on with the new graph.
+        # The twins, bound to arrays of their own, go on with the new graph;
+        # where it is not made, or the cache is cleared meanwhile, they go.
         twins, entry.twins = entry.twins, []
-        if cublas and _CUBLAS_WARNING not in self._warned:
-            self._warned.add(_CUBLAS_WARNING)
-            warnings.warn(
-                f"{self._name}() calls cuBLAS (ng.matmul_into), whose kernels keep the "
-                "addresses of the arrays they were captured with: a call with other "
-                "arrays captures the function again instead of rebinding its graph. "
-                "Pass the same arrays from call to call, or run matmul_into's numba "
-                "kernel, which rebinds: ng.set_matmul_backend('numba')",
-                GraphedWarning, stacklevel=4)
-        names = [_name_of(i, len(args), keys) for i in range(len(values))]
+        generation = cache.generation
         try:
+            memory = entry.graph._res.memory
+            before = entry.before + (memory.launches if memory is not None else 0)
+            _close(entry, f"the graph of {self._name}() captured again for other arrays")
+            if cublas and _CUBLAS_WARNING not in self._warned:
+                self._warned.add(_CUBLAS_WARNING)
+                warnings.warn(
+                    f"{self._name}() calls cuBLAS (ng.matmul_into), whose kernels keep "
+                    "the addresses of the arrays they were captured with: a call with "
+                    "other arrays captures the function again instead of rebinding its "
+                    "graph. Pass the same arrays from call to call, or run matmul_into's "
+                    "numba kernel, which rebinds: ng.set_matmul_backend('numba')",
+                    GraphedWarning, stacklevel=4)
+            names = [_name_of(i, len(args), keys) for i in range(len(values))]
             again = self._capture(cache, sig, stream, args, kwargs, values, spans, seen,
                                   names, before)
         except BaseException:
-            for twin in twins:
-                _drop_twin(cache, twin, f"the graph of {self._name}() for arrays that "
-                                        "came back, whose signature failed to capture")
+            self._let_twins_go(cache, twins, generation)
             raise
-        again.twins = twins
+        if cache.generation != generation:
+            self._let_twins_go(cache, twins, generation)
+        else:
+            again.twins = twins
         return again
 
+    def _let_twins_go(self, cache: _Cache, twins: list[_Entry], generation: int) -> None:
+        """Close ``twins``, taken from an entry that is gone; a cache reset
+        since ``generation`` counts them no more."""
+        why = f"the graph of {self._name}() for arrays that came back, whose signature's graph went"
+        for twin in twins:
+            if cache.generation == generation:
+                _drop_twin(cache, twin, why)
+            else:
+                if twin.seen is not None:
+                    twin.seen.twin = None
+                _close(twin, why)
+
     def _difference(self, old: tuple, new: tuple, names: list[str]) -> str:
-        for name, a, b in zip(names, old, new):
+        # A signature ends with the keywords and the arguments' sharing.
+        for name, a, b in zip(names, old[:-2], new[:-2]):
             if a != b:
                 return f"argument {name} differs: {self._show(a)} before, {self._show(b)} now"
         return "the arguments differ in number, keywords or sharing"
@@ -1088,8 +1141,8 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
         return y_next
 
     for _ in range(4):
-        step(a, b, dt)       # eager, then captured, then replayed
-        step(b, a, dt)       # the same graph, rebound to swapped arrays
+        step(a, b, dt)       # run as written, then captured into a graph of its own
+        step(b, a, dt)       # captured, then replayed: each pair has its graph
     ```
     """
     if fn is None:

@@ -476,3 +476,16 @@ def test_names_the_function_does_not_load_and_defaults_a_call_replaces_never_ref
             np.testing.assert_array_equal(host(out, stream), value * host(x, stream) + 1)
     info = step.cache_info()
     assert (info.captures, info.rebinds) == (1, 4)
+
+
+def test_an_eviction_by_a_signature_of_other_arity_names_the_difference(stream, buffers, two):
+    x, y, out, _ = buffers
+
+    @ng.graphed(stream=stream, max_graphs=1, warmup=0)
+    def step(x, *rest):
+        axpy[1, 8, stream](x, x, out, two)
+
+    step(x)
+    with pytest.warns(ng.GraphedWarning, match="differ in number, keywords or sharing"):
+        step(x, 3)
+    assert step.cache_info().evictions == 1

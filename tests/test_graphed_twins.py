@@ -247,7 +247,9 @@ def test_a_function_that_allocates_graph_memory_gets_no_twin(stream):
     assert (info.captures, info.graphs) == (1, 1)
 
 
-def test_arrays_a_graph_cannot_move_that_take_turns_stop_capturing_at_each_call(stream):
+def fixed_x_step(stream):
+    """``step(x, out)``: out += x, graphed on ``stream`` (no warm-up), whose
+    graph cannot move ``x``, as cuBLAS's nodes cannot move their arrays."""
     from numbagraph import _rebind, _registry
     from numbagraph.backend import active
 
@@ -255,9 +257,14 @@ def test_arrays_a_graph_cannot_move_that_take_turns_stop_capturing_at_each_call(
     def step(x, out):
         add_into[1, 16, stream](x, out)
         session = _registry.on(active.stream_handle(stream))
-        if session is not None:       # as cuBLAS's nodes do: x cannot be moved
+        if session is not None:
             session.keep(_rebind.Fixed("library product", (x,), "Capture again."))
 
+    return step
+
+
+def test_arrays_a_graph_cannot_move_that_take_turns_stop_capturing_at_each_call(stream):
+    step = fixed_x_step(stream)
     xs = [dev(np.arange(16) * (k + 1), stream) for k in range(2)]
     out = dev(np.zeros(16), stream)
     total = np.zeros(16, np.float32)
@@ -272,3 +279,83 @@ def test_arrays_a_graph_cannot_move_that_take_turns_stop_capturing_at_each_call(
     info = step.cache_info()
     assert (info.captures, info.graphs, info.rebinds) == (3, 2, 0)
 
+
+
+def test_a_twin_that_fails_to_capture_leaves_the_call_to_a_rebinding(stream):
+    failing = [False]
+    runs = [0]
+
+    @ng.graphed(stream=stream)
+    def step(x, out):
+        runs[0] += 1
+        if failing[0]:
+            raise RuntimeError("refused while captured")
+        add_into[1, 16, stream](x, out)
+
+    xs = [dev(np.arange(16) * (k + 1), stream) for k in range(2)]
+    out = dev(np.zeros(16), stream)
+    step(xs[0], out)
+    step(xs[1], out)                  # captured
+    failing[0] = True
+    with pytest.warns(ng.GraphedWarning, match=r"could not capture a graph of its own "
+                                               r"for arrays that came back \(RuntimeError"):
+        step(xs[0], out)
+    assert runs[0] == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ng.GraphedWarning)
+        for call in range(1, 7):
+            step(xs[call % 2], out)
+    assert runs[0] == 3               # no capture tried again: the graph is rebound
+    total = 5 * host(xs[0], stream) + 4 * host(xs[1], stream)
+    np.testing.assert_array_equal(host(out, stream), total)
+    info = step.cache_info()
+    assert (info.captures, info.graphs, info.rebinds) == (1, 1, 7)
+
+
+@pytest.mark.parametrize("turns, graphs", [
+    (3, (2, 1)),     # the first set's graph, forgotten after 2 launches: no more
+    (40, (3, 2)),    # forgotten after 20: the first set gets a graph again
+])
+def test_arrays_that_come_back_too_seldom_stop_getting_graphs(stream, turns, graphs):
+    step = axpy_step(stream)
+    first, second = sets_of(stream, 2)
+    for call in range(turns):
+        called(step, (first, second)[call % 2], stream)
+    assert step.cache_info().captures == 2
+    for arrays in sets_of(stream, 4):            # the first set is forgotten
+        called(step, arrays, stream)
+    for call in range(12):
+        called(step, (first, second)[call % 2], stream)
+    info = step.cache_info()
+    assert (info.captures, info.graphs) == graphs
+
+
+def test_a_new_signature_closes_only_the_twins_it_needs_room_for(stream):
+    sets, step = sets_of(stream, 3), axpy_step(stream, max_graphs=3, warmup=0)
+    for call in range(6):
+        called(step, sets[call % 3], stream)
+    assert step.cache_info().graphs == 3
+    called(step, sets_of(stream, 1, n=8)[0], stream)
+    info = step.cache_info()
+    assert (info.graphs, info.evictions) == (3, 0)
+
+
+def test_a_capture_again_that_raises_closes_the_twins_of_the_graph_it_replaced(stream):
+    step = fixed_x_step(stream)
+    x, other = dev(np.arange(16), stream), dev(np.ones(16), stream)
+    outs = [dev(np.zeros(16), stream) for _ in range(2)]
+    for call in range(4):                  # out takes turns, which rebinds
+        step(x, outs[call % 2])
+    assert step.cache_info().graphs == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ng.GraphedWarning)
+        with pytest.raises(ng.GraphedWarning, match="captures the function again"):
+            step(other, outs[0])           # x moved: captured again, its warning raised
+    cache = step._caches[next(iter(step._caches))]
+    assert cache.twins == sum(len(e.twins) for e in cache.entries.values()) == 0
+    assert step.cache_info().graphs == 0
+    before = [host(out, stream) for out in outs]
+    for call in range(4):
+        step(x, outs[call % 2])
+    for k in range(2):
+        np.testing.assert_array_equal(host(outs[k], stream), before[k] + 2 * host(x, stream))
