@@ -97,7 +97,8 @@ class _Entry:
         # the cache holds the signature under, empty on the others.
         self.twins: list[_Entry] = []
         # Whether the entry makes no more twins: one failed to capture, or
-        # was forgotten before it paid for its capture (_PAYBACK).
+        # was forgotten before it paid for its capture (_PAYBACK), or the
+        # function gives its graphs new sizes (sizes="update").
         self.twinless = False
         # Calls that launched its graph other than by the hot path.
         self.turns = 0
@@ -304,14 +305,14 @@ def _value_of(sig: tuple) -> Any:
 # learns of one holds for its life.
 _FIXED = frozenset((*_backend.DEVICE_ARRAY_TYPES, DeviceScalar))
 # Calls remembered per stream: enough for arrays that take turns (a ping-
-# pong, a rotation of a few buffers).
-_SEEN = 4
+# pong, a ring of up to four sets), with room for a call or two between.
+_SEEN = 6
 # Rebindings an entry keeps to make again (_Entry.transitions); past that,
 # the oldest kept is forgotten.
 _TRANSITIONS = 16
-# Twins an entry has at most: one for each remembered call but the one the
-# entry is bound to.
-_TWINS = _SEEN - 1
+# Twins an entry has at most: with the entry, a graph for each set of a
+# ring of four.
+_TWINS = 3
 # Calls a twin is launched by, other than by the hot path, to pay for its
 # capture (about what rebindings of a small step that many cost): one
 # forgotten before that stops its entry making twins, for arrays that come
@@ -419,11 +420,7 @@ def _drop_twin(cache: _Cache, twin: _Entry, why: str) -> None:
     if twin.seen is not None:
         twin.seen.twin = None
     cache.twins -= 1
-    if cache.last_entry is twin:
-        cache.last_entry = cache.last_values = None
-    if cache.prev_entry is twin:
-        cache.prev_entry = cache.prev_seen = None
-    _close(twin, why)
+    _let_go(cache, twin, why)
 
 
 def _forget_seen(cache: _Cache, dropped: list[_Seen], name: str) -> None:
@@ -450,6 +447,16 @@ def _close(entry: _Entry, why: str) -> None:
     if memory is not None:
         memory.closed_by = why
     entry.graph.close()
+
+
+def _let_go(cache: _Cache, entry: _Entry, why: str) -> None:
+    """Close ``entry``, taken from the cache; neither the hot path nor the
+    call before the last holds it (nor, through it, its arrays)."""
+    if cache.last_entry is entry:
+        cache.last_entry = cache.last_values = None
+    if cache.prev_entry is entry:
+        cache.prev_entry = cache.prev_seen = None
+    _close(entry, why)
 
 
 def _disarm(cache: _Cache) -> None:
@@ -595,7 +602,7 @@ class GraphedFunction:
                 if isinstance(again, _Entry):
                     return _result_of(again.result, values)
                 if again is _TWIN:
-                    twin = self._twin(cache, recent, stream, args, kwargs, keys, values)
+                    twin = self._twin(cache, recent, stream, args, kwargs, keys, values, 2)
                     if twin is not None:
                         return _result_of(twin.result, values)
             return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
@@ -621,7 +628,7 @@ class GraphedFunction:
             if isinstance(again, _Entry):
                 return _result_of(again.result, values)
             if again is _TWIN:
-                twin = self._twin(cache, seen, stream, args, kwargs, keys, values)
+                twin = self._twin(cache, seen, stream, args, kwargs, keys, values, 3)
                 if twin is not None:
                     return _result_of(twin.result, values)
         # Until this call's graph has launched, no call takes the hot path.
@@ -773,6 +780,8 @@ class GraphedFunction:
         if before is None:
             before = cache.warm.get(warm, 0)  # the warm-up calls
         entry = self._captured(sig, stream, args, kwargs, values, spans, seen, before)
+        # One graph for many sizes is one graph for many arrays too.
+        entry.twinless = self._sizes
         cache.entries[sig] = entry
         if self._sizes:
             family = _resize.family_of(sig)
@@ -793,7 +802,7 @@ class GraphedFunction:
             why = (f"the graph of {self._name}() for a signature its cache evicted "
                    f"(max_graphs={self._max})")
             _drop_twins(cache, old, why)
-            _close(old, why)
+            _let_go(cache, old, why)
             cache.evictions += 1
             warnings.warn(
                 f"{self._name}() captured a graph for a new signature and closed the "
@@ -829,13 +838,14 @@ class GraphedFunction:
         return entry
 
     def _twin(self, cache: _Cache, seen: _Seen, stream: Any, args: tuple, kwargs: dict,
-              keys: tuple, values: tuple) -> _Entry | None:
+              keys: tuple, values: tuple, depth: int) -> _Entry | None:
         """The call, of values a remembered call was given that came back to
         a graph bound to others: captured again, into a graph bound to them
         for good, launched whenever they come back while they are
         remembered (instead of rebinding one graph to and fro); its entry.
         None where the capture failed: the signature's entry makes no more
-        twins, and the call is made by rebinding that entry's graph."""
+        twins, and the call is made by rebinding that entry's graph (a
+        warning says why, ``depth`` frames above this one)."""
         sig = seen.sig
         generation = cache.generation
         try:
@@ -850,7 +860,8 @@ class GraphedFunction:
                 warnings.warn(
                     f"{self._name}() could not capture a graph of its own for arrays that "
                     f"came back ({type(exc).__name__}: {exc}); its graph is rebound to "
-                    "them instead, as it is from now on", GraphedWarning, stacklevel=4)
+                    "them instead, as it is from now on", GraphedWarning,
+                    stacklevel=depth + 1)
             return None
         cache.captures += 1
         entry = cache.entries.get(sig)
@@ -892,8 +903,6 @@ class GraphedFunction:
                                       handle, accept)
         if reason is None:
             entry = held[taken]
-            _drop_twins(cache, entry, f"the graph of {self._name}() for arrays of the "
-                                      "sizes its signature's graph no longer has")
             del cache.entries[entry.sig]
             entry.sig, entry.result = sig, plans[0]
             entry.bind(values, spans, seen)
@@ -931,7 +940,8 @@ class GraphedFunction:
         try:
             memory = entry.graph._res.memory
             before = entry.before + (memory.launches if memory is not None else 0)
-            _close(entry, f"the graph of {self._name}() captured again for other arrays")
+            _let_go(cache, entry, f"the graph of {self._name}() captured again for other "
+                                  "arrays")
             if cublas and _CUBLAS_WARNING not in self._warned:
                 self._warned.add(_CUBLAS_WARNING)
                 warnings.warn(

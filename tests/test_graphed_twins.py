@@ -4,6 +4,7 @@ their signature bound to them for good (a twin), launched whenever they come
 back, while the function holds fewer than ``max_graphs`` graphs and while
 the call is remembered."""
 
+import functools
 import gc
 import sys
 import warnings
@@ -117,9 +118,9 @@ def test_two_sets_in_turn_are_launched_without_searching_the_remembered_calls(
 
 
 def test_more_sets_in_turn_than_calls_remembered_rebind_one_graph(stream):
-    sets, step = sets_of(stream, 5), axpy_step(stream)
+    sets, step = sets_of(stream, 7), axpy_step(stream)
     for call in range(20):
-        called(step, sets[call % 5], stream)
+        called(step, sets[call % 7], stream)
     info = step.cache_info()
     assert (info.captures, info.graphs) == (1, 1)
     assert info.rebinds == 20 - 2
@@ -158,7 +159,7 @@ def test_a_twin_whose_arrays_stop_coming_back_is_closed_and_lets_them_go(stream)
     assert step.cache_info().graphs == 2          # first's twin
     graph = step._caches[next(iter(step._caches))].last_entry.graph
     gone = weakref.ref(first[0])
-    for arrays in sets_of(stream, 4):             # four new calls: first is forgotten
+    for arrays in sets_of(stream, 6):             # six new calls: first is forgotten
         called(step, arrays, stream)
     assert step.cache_info().graphs == 1
     assert graph.closed
@@ -203,7 +204,7 @@ def test_clear_closes_the_twins(stream):
         called(step, sets[call % 2], stream)
 
 
-def test_a_graph_given_new_sizes_closes_its_twins(stream):
+def test_a_function_given_new_sizes_keeps_one_graph_for_arrays_that_take_turns(stream):
     @ng.graphed(stream=stream, sizes="update")
     def step(x, out):
         add_into[4, 16, stream](x, out)
@@ -219,9 +220,21 @@ def test_a_graph_given_new_sizes_closes_its_twins(stream):
             before = host(out, stream)
             step(x, out)
             np.testing.assert_array_equal(host(out, stream), before + host(x, stream))
-        assert step.cache_info().graphs == 2
+        assert step.cache_info().graphs == 1
     info = step.cache_info()
-    assert info.resizes == 2
+    assert (info.captures, info.resizes) == (1, 2)
+
+
+def test_a_ring_of_four_keeps_its_graphs_past_a_call_with_other_arrays(stream):
+    sets, step = sets_of(stream, 4), axpy_step(stream)
+    for call in range(12):
+        called(step, sets[call % 4], stream)
+    assert step.cache_info().graphs == 4
+    called(step, sets_of(stream, 1)[0], stream)
+    for call in range(12):
+        called(step, sets[call % 4], stream)
+    info = step.cache_info()
+    assert (info.graphs, info.captures) == (4, 4)
 
 
 def test_a_function_that_allocates_graph_memory_gets_no_twin(stream):
@@ -322,7 +335,7 @@ def test_arrays_that_come_back_too_seldom_stop_getting_graphs(stream, turns, gra
     for call in range(turns):
         called(step, (first, second)[call % 2], stream)
     assert step.cache_info().captures == 2
-    for arrays in sets_of(stream, 4):            # the first set is forgotten
+    for arrays in sets_of(stream, 6):            # the first set is forgotten
         called(step, arrays, stream)
     for call in range(12):
         called(step, (first, second)[call % 2], stream)
@@ -359,3 +372,30 @@ def test_a_capture_again_that_raises_closes_the_twins_of_the_graph_it_replaced(s
         step(x, outs[call % 2])
     for k in range(2):
         np.testing.assert_array_equal(host(outs[k], stream), before[k] + 2 * host(x, stream))
+
+
+@pytest.mark.parametrize("how", ["evicted", "captured again"])
+def test_a_graph_closed_for_the_next_call_lets_its_arrays_go(stream, how):
+    if how == "evicted":
+        step = axpy_step(stream, max_graphs=1, warmup=0)
+        first, then = sets_of(stream, 1)[0], sets_of(stream, 1, n=8)[0]
+        call = functools.partial(called, step, stream=stream)
+    else:
+        step = fixed_x_step(stream)
+        first, then = (dev(np.arange(16), stream),), (dev(np.ones(16), stream),)
+        out = dev(np.zeros(16), stream)
+
+        def call(arrays):
+            step(arrays[0], out)
+
+    for _ in range(2):
+        call(first)
+    gone = weakref.ref(first[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ng.GraphedWarning)
+        for _ in range(3):              # the first closes first's graph; then the hot path
+            call(then)
+    del first
+    gc.collect()
+    stream.synchronize()
+    assert gone() is None

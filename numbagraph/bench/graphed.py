@@ -13,7 +13,7 @@ Each call passes one of two sets of arrays:
 * same arrays: ``(x, y, z)`` every call;
 * one changed: ``x`` alternates between two buffers, ``y`` and ``z`` stay;
 * all changed: ping-pong between ``(x, y, z)`` and ``(x', y', z')``;
-* one changed, new each call: ``x`` goes round six buffers, more than a
+* one changed, new each call: ``x`` goes round eight buffers, more than a
   graphed function remembers the calls of, so that every call's arrays are
   new to it and its rebinding is worked out from the arrays (in the two
   cases before, after the first calls, it makes a rebinding made before
