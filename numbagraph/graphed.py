@@ -1071,7 +1071,8 @@ def graphed(fn: Callable[..., Any] | None = None, *, stream: Any = None, warmup:
     that take turns (a ping-pong, a ring of up to four sets) get a graph of
     their own each, captured when a set comes back to a graph bound to
     another, and launched with nothing rebound while the function holds
-    fewer than ``max_graphs`` graphs.
+    fewer than ``max_graphs`` graphs (unless it allocates graph memory or
+    gives its graphs new sizes).
     Arrays the function allocates inside (``ng.empty`` and its kin) are
     memory of its graph; one it returns is returned as a new array object
     at each call, valid until the next call of that signature.
