@@ -361,7 +361,13 @@ def _launched(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entr
     last one (the hot path's)."""
     cache.hits += 1
     entry.turns += 1
-    entry.launch()
+    return _armed(cache, entry, values, keys)
+
+
+def _armed(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entry:
+    """``entry``, bound to the call's values, launched; the call is the
+    last one, which the hot path compares the next with."""
+    entry.graph.launch()
     cache.last_sig, cache.last_entry, cache.last_values = entry.sig, entry, values
     cache.last_keys = keys
     return entry
@@ -598,14 +604,21 @@ class GraphedFunction:
             searched = bool(cache.seen) and not _graphmem.held[0]
             recent = _recent(cache, values, keys) if searched else None
             if recent is not None:
-                again = _again(cache, recent, values, keys, self._max)
-                if isinstance(again, _Entry):
-                    return _result_of(again.result, values)
-                if again is _TWIN:
-                    twin = self._twin(cache, recent, stream, args, kwargs, keys, values, 2)
-                    if twin is not None:
-                        return _result_of(twin.result, values)
+                entry = self._short_way(cache, recent, stream, args, kwargs, keys, values, 2)
+                if entry is not None:
+                    return _result_of(entry.result, values)
             return self._call(cache, stream, args, kwargs, keys, values, recent, searched)
+
+    def _short_way(self, cache: _Cache, seen: _Seen, stream: Any, args: tuple, kwargs: dict,
+                   keys: tuple, values: tuple, depth: int) -> _Entry | None:
+        """The entry that made the call of the values ``seen`` knows: by
+        ``_again``, or a twin captured for them (``depth``: frames between
+        this one and the user's call); None where the call is worked out in
+        full."""
+        again = _again(cache, seen, values, keys, self._max)
+        if again is _TWIN:
+            return self._twin(cache, seen, stream, args, kwargs, keys, values, depth + 1)
+        return again if isinstance(again, _Entry) else None
 
     def _cache(self, handle: int) -> _Cache:
         key = _registry.key_of(handle)
@@ -624,13 +637,9 @@ class GraphedFunction:
         sig, spans, seen = self._signature(cache, values, len(args), keys, recent, searched)
         if seen is not None and seen.again and not searched:
             # The short way, where the call skipped it to check its values.
-            again = _again(cache, seen, values, keys, self._max)
-            if isinstance(again, _Entry):
-                return _result_of(again.result, values)
-            if again is _TWIN:
-                twin = self._twin(cache, seen, stream, args, kwargs, keys, values, 3)
-                if twin is not None:
-                    return _result_of(twin.result, values)
+            found = self._short_way(cache, seen, stream, args, kwargs, keys, values, 3)
+            if found is not None:
+                return _result_of(found.result, values)
         # Until this call's graph has launched, no call takes the hot path.
         _disarm(cache)
         entry = cache.entries.get(sig)
@@ -638,10 +647,7 @@ class GraphedFunction:
         if entry is None and self._sizes:
             entry, tried = self._resize(cache, sig, stream, args, kwargs, values, spans, seen)
             if entry is not None:
-                entry.graph.launch()
-                cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
-                cache.last_keys = keys
-                return _result_of(entry.result, values)
+                return _result_of(_armed(cache, entry, values, keys).result, values)
         if entry is None:
             names = [_name_of(i, len(args), keys) for i in range(len(values))]
             self._warn_if_values_change(cache.last_sig, sig, names)
@@ -672,10 +678,7 @@ class GraphedFunction:
                 entry = self._capture_again(cache, sig, entry, stream, args, kwargs,
                                             keys, values, spans, seen,
                                             cublas=isinstance(refused, FixedNodesError))
-        entry.graph.launch()
-        cache.last_sig, cache.last_entry, cache.last_values = sig, entry, values
-        cache.last_keys = keys
-        return _result_of(entry.result, values)
+        return _result_of(_armed(cache, entry, values, keys).result, values)
 
     def _rebind(self, cache: _Cache, entry: _Entry, values: tuple, spans: dict[int, tuple],
                 seen: _Seen | None, names: Callable[[int], str]) -> RebindError | None:
@@ -873,10 +876,7 @@ class GraphedFunction:
         entry.twins.append(twin)
         seen.twin = twin
         cache.twins += 1
-        twin.launch()
-        cache.last_sig, cache.last_entry, cache.last_values = sig, twin, values
-        cache.last_keys = keys
-        return twin
+        return _armed(cache, twin, values, keys)
 
     def _resize(self, cache: _Cache, sig: tuple, stream: Any, args: tuple, kwargs: dict,
                 values: tuple, spans: dict[int, tuple],
