@@ -136,7 +136,7 @@ class _Seen:
             if isinstance(held, tuple):
                 if held[0] is not value and not _same_plain(held[0], value):
                     return None
-            elif held() is not value:
+            elif held() is not value or value is None:  # None: an array freed since
                 return None
         return self.spans
 
@@ -697,7 +697,9 @@ class GraphedFunction:
         positions, pairs, moves = [], [], []
         for i, (ptr, start, end) in entry.spans.items():
             old, new = bound[i], values[i]
-            if old is not new:
+            # An array over the memory of the one bound (a new view of it,
+            # of the same layout) moves nothing.
+            if old is not new and spans[i][0] != ptr:
                 positions.append(i)
                 pairs.append((old, new))
                 moves.append(Move(start, end, spans[i][0] - ptr, device_array_of(new)))
@@ -741,7 +743,19 @@ class GraphedFunction:
             recent = _recent(cache, values, keys)
         if recent is not None:
             return recent.sig, recent.spans, recent
-        sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
+        # An array the latest call had at the same place, the same object,
+        # keeps that call's part of the signature and span.
+        latest = cache.seen[0] if cache.seen else None
+        kept: list[bool] = []
+        if latest is not None and latest.keys == keys and len(latest.held) == len(values):
+            kept = [type(h) is not tuple and v is not None and h() is v  # type: ignore[operator]
+                    for h, v in zip(latest.held, values)]
+            sig = tuple(latest.sig[i] if kept[i] else _signature_of(v, i, nargs, keys)
+                        for i, v in enumerate(values))
+            known = latest.spans
+        else:
+            sig = tuple(_signature_of(v, i, nargs, keys) for i, v in enumerate(values))
+            known = {}
         first: dict[int, int] = {}
         spans = {}
         shared = []
@@ -753,7 +767,8 @@ class GraphedFunction:
             j = first.setdefault(id(value), i)
             shared.append(j)
             if j == i:
-                spans[i] = span(device_array_of(value))
+                found = known.get(i) if kept and kept[i] else None
+                spans[i] = span(device_array_of(value)) if found is None else found
                 fixed = fixed and type(value) in _FIXED
         if len(spans) > 1:
             ordered = sorted((s[1], s[2], i) for i, s in spans.items() if s[2] > s[1])

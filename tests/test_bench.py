@@ -167,7 +167,9 @@ def test_graphed_rebinding_is_fitted_from_the_nodes_moved(graphed_run, kind):
     nodes, moved = _graphed_fit(doc)
     for k in moved:
         found = {r["peer"]: r for r in rows if r["case"] == graphed.moved_case(nodes, k, kind)}
-        assert set(found) == {graphed.PEER, graphed.PLAIN}
+        # The C++ floor's peers join them where it was built (never on the simulator).
+        floor = {graphed.CPP, graphed.CPP_LAUNCH} if not ON_SIMULATOR else set()
+        assert {graphed.PEER, graphed.PLAIN} <= set(found) <= {graphed.PEER, graphed.PLAIN} | floor
         assert all(r["unit"] == graphed.HOST_UNIT and r["clock"] == "host" and r["value"] > 0
                    for r in found.values())
     fit = {r["peer"]: r for r in rows if r["case"] == graphed.fit_case(kind)}
@@ -185,8 +187,13 @@ def test_graphed_driver_calls_are_measured_or_skipped_with_a_reason(graphed_run,
     if ON_SIMULATOR:
         assert not measured and "needs the CUDA driver" in reasons[peer]
     else:
-        assert measured == {graphed.set_case(kind) for kind in graphed.NODE_KINDS} \
-            or reasons.get(peer)
+        expected = {graphed.set_case(kind) for kind in graphed.NODE_KINDS}
+        if peer == graphed.CPP:
+            nodes, moved = _graphed_fit(doc)
+            expected |= {graphed.moved_case(nodes, k, kind)
+                         for k in moved for kind in graphed.NODE_KINDS}
+            expected |= {graphed.case(n, graphed.ONE) for n in _graphed_steps(doc)}
+        assert measured == expected or reasons.get(peer)
     assert not str(reasons.get(peer, "")).startswith("failed")
 
 
@@ -206,6 +213,55 @@ def test_rebinding_fit_is_the_line_through_the_calls_less_the_plain_launch():
     assert fit[graphed.PER_NODE].value == pytest.approx(0.25)
     assert fit[graphed.FIXED].value == pytest.approx(1.5)
     assert fit[graphed.PER_NODE].trials == pytest.approx([0.25, 0.25])
+
+
+class _Floor:
+    """The C++ floor's answer to ``moved``: per kind and count moved, a
+    launch alone of 2.5 us, and setting and launching 2.5 + 3 + 0.5 a node."""
+
+    def __init__(self):
+        self.asked = []
+
+    def run(self, mode, **options):
+        self.asked.append((mode, options))
+        return [line for kind in graphed.NODE_KINDS for k in options["sizes"]
+                for line in ({"label": f"{kind} moved", "param": k,
+                              "trials": [5.5 + 0.5 * k, 5.5 + 0.5 * k]},
+                             {"label": f"{kind} launch", "param": k, "trials": [2.5, 2.5]})]
+
+
+def test_cpp_floor_of_moved_nodes_is_fitted_as_numbagraph_is():
+    ctx = Context(Config.for_run(True), say=lambda text: None)
+    floor = ctx.shared("floor", _Floor)
+    result = SuiteResult(graphed.NAME, graphed.TITLE, graphed.UNIT)
+    graphed._cpp_moved(ctx, result, 100, (1, 10, 100))
+    (mode, options), = floor.asked
+    assert mode == "moved" and options["nodes"] == 100 and tuple(options["sizes"]) == (1, 10, 100)
+    assert not result.skipped
+    for kind in graphed.NODE_KINDS:
+        fit = {r.peer: r.value for r in result.rows if r.case == graphed.cpp_fit_case(kind)}
+        assert fit == {graphed.PER_NODE: pytest.approx(0.5), graphed.FIXED: pytest.approx(3.0)}
+        for k in (1, 10, 100):
+            peers = {r.peer: r for r in result.rows
+                     if r.case == graphed.moved_case(100, k, kind)}
+            assert set(peers) == {graphed.CPP, graphed.CPP_LAUNCH}
+            assert peers[graphed.CPP_LAUNCH].value == pytest.approx(2.5)
+            assert all(r.unit == graphed.HOST_UNIT for r in peers.values())
+
+
+def test_cpp_floor_of_one_changed_times_the_kernel_steps_back_to_back():
+    ctx = Context(Config.for_run(True), say=lambda text: None)
+    floor = ctx.shared("floor", _Floor)
+    result = SuiteResult(graphed.NAME, graphed.TITLE, graphed.UNIT)
+    graphed._cpp_one_changed(ctx, result, (10, 100))
+    assert [(mode, o["nodes"], tuple(o["sizes"]), o["alone"]) for mode, o in floor.asked] == [
+        ("moved", 10, (10,), 0), ("moved", 100, (100,), 0)]
+    found = {(r.case, r.peer): r.value for r in result.rows}
+    assert found == {
+        (graphed.case(10, graphed.ONE), graphed.CPP): pytest.approx(10.5),
+        (graphed.case(10, graphed.ONE), graphed.CPP_LAUNCH): pytest.approx(2.5),
+        (graphed.case(100, graphed.ONE), graphed.CPP): pytest.approx(55.5),
+        (graphed.case(100, graphed.ONE), graphed.CPP_LAUNCH): pytest.approx(2.5)}
 
 
 def test_rebinding_fit_is_left_out_without_a_peer_at_every_count():

@@ -71,6 +71,21 @@ def test_a_plan_moves_every_holder_of_a_value_once_and_marks_what_it_used():
     assert sorted(index.holders) == [1500, 1504, 5000]
 
 
+def test_a_move_onto_the_same_memory_sets_no_node():
+    a, b = kernel(1000, 5000), kernel(5000)
+    index = Index(a, b)
+    plan = index.plan([Move(1000, 1008, 0, None), Move(5000, 5008, 8, None)])
+    assert plan.used == [True, True]
+    plan.apply()
+    assert values(a) == [1000, 5008] and values(b) == [5008]
+    assert (a.sets, b.sets) == (1, 1)
+    plan = index.plan([Move(1000, 1008, 0, None)])
+    assert plan.used == [True]
+    plan.apply()
+    assert (a.sets, b.sets) == (1, 1) and sorted(index.holders) == [1000, 5008]
+    assert index.redo(plan.change) and (a.sets, b.sets) == (1, 1)
+
+
 def test_swapped_values_trade_places_in_the_index():
     a = kernel(1000, 2000)
     index = Index(a)

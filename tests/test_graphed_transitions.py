@@ -284,3 +284,60 @@ def test_a_rebinding_made_again_that_raises_leaves_the_function_usable(stream, m
     for k in (1, 1, 0, 1):      # the graph is bound to sets[1] still
         sets[k][2].copy_to_device(np.zeros(16, np.float32), stream=stream)
         called(step, sets[k], stream)
+
+
+def test_a_new_view_of_the_bound_memory_moves_nothing(stream, moves):
+    n = 16
+    buf = dev(np.zeros(2 * n), stream)
+    other = dev(np.zeros(n), stream)
+    x = dev(np.arange(n), stream)
+    y = dev(np.ones(n), stream)
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream, max_graphs=1)
+    def step(x, y, out):
+        axpy[1, n, stream](x, y, out, two)
+        return out
+
+    expected = 2 * np.arange(n) + 1
+    for call in range(4):
+        # A new view of the same memory at each call: nothing to move.
+        out = buf[:n]
+        assert step(x, y, out) is out
+        np.testing.assert_array_equal(host(buf, stream)[:n], expected)
+    info = step.cache_info()
+    assert (info.captures, info.rebinds, moves[0]) == (1, 0, 0)
+    # The graph still moves from the memory to another array, and back to a
+    # view of it made after the graph was captured.
+    step(x, y, other)
+    np.testing.assert_array_equal(host(other, stream), expected)
+    buf.copy_to_device(np.zeros(2 * n, np.float32), stream=stream)
+    step(x, y, buf[:n])
+    np.testing.assert_array_equal(host(buf, stream), np.r_[expected, np.zeros(n)])
+    assert step.cache_info().rebinds == 2
+
+
+def test_a_plain_value_where_the_latest_call_had_an_array_since_freed(stream):
+    n = 8
+    y = dev(np.ones(n), stream)
+    out = dev(np.zeros(n), stream)
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream)
+    def step(x, y, out):
+        axpy[1, n, stream](y if x is None else x, y, out, two)
+        return out
+
+    x = dev(np.arange(n), stream)
+    step(x, y, out)  # run as written: the call is remembered, its arrays weakly
+    del x
+    gc.collect()
+    step(None, y, out)
+    np.testing.assert_array_equal(host(out, stream), np.full(n, 3.0))
+    step(None, y, out)
+    np.testing.assert_array_equal(host(out, stream), np.full(n, 3.0))
+    # An array there again is another signature, whose launches read it.
+    x = dev(np.arange(n), stream)
+    for _ in range(3):
+        step(x, y, out)
+        np.testing.assert_array_equal(host(out, stream), 2 * np.arange(n) + 1)

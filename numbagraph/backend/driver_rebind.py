@@ -421,7 +421,9 @@ class _Plan:
             for i, move in enumerate(moves):
                 if move.start <= value < move.end:
                     self.used[i] = True
-                    self._moved.append((value, value + move.shift))
+                    # A move onto the same memory changes no node.
+                    if move.shift:
+                        self._moved.append((value, value + move.shift))
                     break
 
     def apply(self) -> None:

@@ -16,6 +16,16 @@
 //                                         graph (kernel, copy and fill node), each
 //                                         call moving it to the other of two buffers,
 //                                         wall, us per call
+//   floor moved --nodes 100 --sizes 1,10,100
+//                                         a step of `nodes` kernel launches, copies or
+//                                         fills, `size` of them on a buffer that
+//                                         alternates between two: each call sets
+//                                         those nodes' parameters and launches the
+//                                         graph, against the launch alone; each call
+//                                         timed alone, the stream synchronised
+//                                         (untimed) before it, us per call; with
+//                                         --alone 0, calls back to back, wall, us
+//                                         per call
 //
 // Common options: --elements N --trials T --warmup W --repeats R, and for
 // replay --target U --min-repeats A --max-repeats B (repeats per trial are
@@ -62,6 +72,8 @@ struct Options {
     long min_repeats = 20;
     long max_repeats = 5000;
     long blocking = 0;  // 1: a stream that synchronises with the legacy default stream
+    long nodes = 100;
+    long alone = 1;  // 0: moved mode's calls back to back, not each alone
 };
 
 static std::vector<long> parse_list(const char* text) {
@@ -78,7 +90,7 @@ static std::vector<long> parse_list(const char* text) {
 static Options parse(int argc, char** argv) {
     Options o;
     if (argc < 2) {
-        std::printf("{\"error\": \"usage: floor replay|eager|loop|capture|phases|setparams "
+        std::printf("{\"error\": \"usage: floor replay|eager|loop|capture|phases|setparams|moved "
                     "[options]\"}\n");
         std::exit(2);
     }
@@ -95,6 +107,8 @@ static Options parse(int argc, char** argv) {
         else if (key == "--min-repeats") o.min_repeats = std::atol(val);
         else if (key == "--max-repeats") o.max_repeats = std::atol(val);
         else if (key == "--blocking") o.blocking = std::atol(val);
+        else if (key == "--nodes") o.nodes = std::atol(val);
+        else if (key == "--alone") o.alone = std::atol(val);
         else {
             std::printf("{\"error\": \"unknown option %s\"}\n", key.c_str());
             std::exit(2);
@@ -321,15 +335,40 @@ static cudaGraphNode_t node_of(cudaGraph_t graph, cudaGraphNodeType type) {
     std::exit(1);
 }
 
+// Device buffers of `bytes` each, zeroed; freed with it.
+struct Buffers {
+    std::vector<float*> at;
+    Buffers(int count, size_t bytes) : at(count, nullptr) {
+        for (float*& b : at) {
+            CK(cudaMalloc(&b, bytes));
+            CK(cudaMemset(b, 0, bytes));
+        }
+    }
+    ~Buffers() {
+        for (float* b : at) cudaFree(b);
+    }
+};
+
+// A node's parameters launching the tiny kernel as `k` does, with the
+// arguments `args` points at.
+static cudaKernelNodeParams tiny_node(const Tiny& k, void** args) {
+    cudaKernelNodeParams launch = {};
+    launch.func = reinterpret_cast<void*>(tiny);
+    launch.gridDim = k.grid;
+    launch.blockDim = k.block;
+    launch.sharedMemBytes = 0;
+    launch.kernelParams = args;
+    launch.extra = nullptr;
+    return launch;
+}
+
 static void run_setparams(const Options& o, cudaStream_t s, const Tiny& k) {
     // One graph of a kernel launch on `a`, a copy from `a` into `copied` and
     // a fill of `filled`; each call sets one node's parameters, its buffer
     // alternating with `spare`. Nothing is launched while they are timed.
     size_t bytes = k.size * sizeof(float);
-    float *spare = nullptr, *copied = nullptr, *filled = nullptr;
-    CK(cudaMalloc(&spare, bytes));
-    CK(cudaMalloc(&copied, bytes));
-    CK(cudaMalloc(&filled, bytes));
+    Buffers buffers(3, bytes);
+    float *spare = buffers.at[0], *copied = buffers.at[1], *filled = buffers.at[2];
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     k.launch(s);
@@ -346,13 +385,7 @@ static void run_setparams(const Options& o, cudaStream_t s, const Tiny& k) {
     const float* arg_n = k.n;
     int arg_size = k.size;
     void* args[] = {&arg_a, &arg_n, &arg_size};
-    cudaKernelNodeParams launch = {};
-    launch.func = reinterpret_cast<void*>(tiny);
-    launch.gridDim = k.grid;
-    launch.blockDim = k.block;
-    launch.sharedMemBytes = 0;
-    launch.kernelParams = args;
-    launch.extra = nullptr;
+    cudaKernelNodeParams launch = tiny_node(k, args);
     cudaMemsetParams memset_params = {};
     CK(cudaGraphMemsetNodeGetParams(fill, &memset_params));
     float* sources[] = {k.a, spare};
@@ -376,9 +409,131 @@ static void run_setparams(const Options& o, cudaStream_t s, const Tiny& k) {
     CK(cudaStreamSynchronize(s));
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
-    CK(cudaFree(spare));
-    CK(cudaFree(copied));
-    CK(cudaFree(filled));
+    print(o.mode, results);
+}
+
+// Host time of each call made alone: the stream synchronised, untimed,
+// before it, so that no earlier launch still running hides or adds to it.
+template <typename Call>
+static Result alone(const Options& o, cudaStream_t s, const std::string& label, double param,
+                    Call call) {
+    for (long i = 0; i < o.warmup; ++i) {
+        CK(cudaStreamSynchronize(s));
+        call(i);
+    }
+    Result res{label, param, "us", {}};
+    for (long t = 0; t < o.trials; ++t) {
+        double total = 0;
+        for (long i = 0; i < o.repeats; ++i) {
+            CK(cudaStreamSynchronize(s));
+            auto t0 = Clock::now();
+            call(i);
+            total += seconds_since(t0);
+        }
+        res.trials.push_back(total * 1e6 / o.repeats);
+    }
+    CK(cudaStreamSynchronize(s));
+    return res;
+}
+
+// The nodes of `graph` whose first pointer (a launch's first argument, a
+// copy's source, a fill's destination) is `ptr`.
+static std::vector<cudaGraphNode_t> nodes_on(cudaGraph_t graph, const void* ptr) {
+    size_t count = 0;
+    CK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count), found;
+    CK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        CK(cudaGraphNodeGetType(node, &type));
+        const void* first = nullptr;
+        if (type == cudaGraphNodeTypeKernel) {
+            cudaKernelNodeParams p = {};
+            CK(cudaGraphKernelNodeGetParams(node, &p));
+            first = *static_cast<void**>(p.kernelParams[0]);
+        } else if (type == cudaGraphNodeTypeMemcpy) {
+            cudaMemcpy3DParms p = {};
+            CK(cudaGraphMemcpyNodeGetParams(node, &p));
+            first = p.srcPtr.ptr;
+        } else if (type == cudaGraphNodeTypeMemset) {
+            cudaMemsetParams p = {};
+            CK(cudaGraphMemsetNodeGetParams(node, &p));
+            first = p.dst;
+        }
+        if (first == ptr) found.push_back(node);
+    }
+    return found;
+}
+
+static void run_moved(const Options& o, cudaStream_t s, const Tiny& k) {
+    // A step of `nodes` nodes of one kind, the last `moved` of them on `x`
+    // and the others on `a`: kernel launches of the tiny kernel, copies of
+    // the buffer into `copied`, or fills of its first word. Each call puts
+    // the moved nodes on the other of `x` and `spare` and launches; the
+    // plain call launches alone. The same shapes as numbagraph's steps.
+    size_t bytes = k.size * sizeof(float);
+    Buffers buffers(3, bytes);
+    float *x = buffers.at[0], *spare = buffers.at[1], *copied = buffers.at[2];
+    float* sources[] = {x, spare};
+    const char* kinds[] = {"kernel", "memcpy", "memset"};
+    std::vector<Result> results;
+    for (const char* kind : kinds) {
+        std::string name = kind;
+        for (long moved : o.sizes) {
+            cudaGraph_t graph;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (long i = 0; i < o.nodes; ++i) {
+                float* on = i < o.nodes - moved ? k.a : x;
+                if (name == "kernel") k.launch_on(on, s);
+                else if (name == "memcpy")
+                    CK(cudaMemcpyAsync(copied, on, bytes, cudaMemcpyDeviceToDevice, s));
+                else CK(cudaMemsetAsync(on, 0, sizeof(float), s));
+            }
+            CK(cudaStreamEndCapture(s, &graph));
+            std::vector<cudaGraphNode_t> targets = nodes_on(graph, x);
+            if (static_cast<long>(targets.size()) != moved) {
+                std::printf("{\"error\": \"%s step: %zu nodes on the moved buffer, "
+                            "expected %ld\"}\n", kind, targets.size(), moved);
+                std::exit(1);
+            }
+            cudaGraphExec_t exec;
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            CK(cudaGraphUpload(exec, s));
+            float* arg_a = x;
+            const float* arg_n = k.n;
+            int arg_size = k.size;
+            void* args[] = {&arg_a, &arg_n, &arg_size};
+            cudaKernelNodeParams launch = tiny_node(k, args);
+            cudaMemsetParams fill = {};
+            if (name == "memset") CK(cudaGraphMemsetNodeGetParams(targets[0], &fill));
+            double param = static_cast<double>(moved);
+            auto timed = [&](const std::string& label, auto call) {
+                if (o.alone) return alone(o, s, label, param, call);
+                Result res = wall(o, s, label.c_str(), call);
+                res.param = param;
+                return res;
+            };
+            results.push_back(timed(name + " moved", [&](long i) {
+                float* to = sources[(i + 1) & 1];
+                for (cudaGraphNode_t node : targets) {
+                    if (name == "kernel") {
+                        arg_a = to;
+                        CK(cudaGraphExecKernelNodeSetParams(exec, node, &launch));
+                    } else if (name == "memcpy") {
+                        CK(cudaGraphExecMemcpyNodeSetParams1D(exec, node, copied, to, bytes,
+                                                              cudaMemcpyDeviceToDevice));
+                    } else {
+                        fill.dst = to;
+                        CK(cudaGraphExecMemsetNodeSetParams(exec, node, &fill));
+                    }
+                }
+                CK(cudaGraphLaunch(exec, s));
+            }));
+            results.push_back(timed(name + " launch", [&](long) { CK(cudaGraphLaunch(exec, s)); }));
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+        }
+    }
     print(o.mode, results);
 }
 
@@ -399,6 +554,7 @@ int main(int argc, char** argv) {
         else if (o.mode == "capture") run_capture(o, s, k);
         else if (o.mode == "phases") run_phases(o, s, k);
         else if (o.mode == "setparams") run_setparams(o, s, k);
+        else if (o.mode == "moved") run_moved(o, s, k);
         else {
             std::printf("{\"error\": \"unknown mode %s\"}\n", o.mode.c_str());
             return 2;

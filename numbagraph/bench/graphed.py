@@ -70,6 +70,13 @@ What a rebinding costs, taken apart:
   its fixed part (the intercept: working out from the call's arguments
   what moved) and its cost per node moved (the slope), from the medians,
   and per trial for their spread. Outputs are checked as above.
+* The same steps from the C++ floor (``floor moved``): tiny kernel
+  launches, device copies and 4-byte fills, the moved ones on a buffer
+  that alternates between two. Each call sets the moved nodes with the
+  runtime's ``cudaGraphExec*NodeSetParams`` and launches the graph, against
+  the launch alone, timed alone as above; the same line through their
+  difference is the driver's own fixed part and cost per node moved, what
+  an executable changed since its last launch costs to set and launch.
 """
 
 from __future__ import annotations
@@ -79,7 +86,7 @@ import gc
 import time
 import types
 import warnings
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 from numba import cuda
@@ -99,6 +106,7 @@ __all__ = [
     "TORCH", "NEW_SIGNATURE", "KERNEL", "MEMCPY", "MEMSET", "NODE_KINDS", "FIT_NODES", "MOVED",
     "SIMULATED_FIT_NODES", "SIMULATED_MOVED", "BINDINGS", "CPP", "PER_NODE", "FIXED",
     "HOST_UNIT", "NODE_UNIT", "FIT_UNIT", "SET_CALLS", "set_case", "moved_case",
+    "cpp_fit_case", "CPP_LAUNCH",
     "fit_case", "fit_line",
 ]
 
@@ -131,6 +139,7 @@ SET_CALLS = {KERNEL: "cuGraphExecKernelNodeSetParams",
 FIT_NODES, MOVED = 100, (1, 10, 100)              # nodes per step, nodes moved
 SIMULATED_FIT_NODES, SIMULATED_MOVED = 4, (1, 2, 4)
 BINDINGS = "cuda.bindings"
+CPP_LAUNCH = "C++ launch alone"
 PER_NODE, FIXED = "per node moved", "fixed part"
 HOST_UNIT = "us/call, host"    # host time of the call alone, the stream idle as it begins
 NODE_UNIT = "us/node"
@@ -159,6 +168,12 @@ def size_case(nbytes: int) -> str:
 def set_case(kind: str) -> str:
     """The name of the case of the driver's call setting one ``kind`` node."""
     return f"{SET_CALLS[kind]}, one node"
+
+
+def cpp_fit_case(kind: str) -> str:
+    """The name of the case of the line fitted to C++ setting ``kind``
+    nodes and launching, less its launch alone: the driver's own cost."""
+    return f"C++ setting {kind} nodes and launching, fitted"
 
 
 def moved_case(nodes: int, moved: int, kind: str) -> str:
@@ -986,26 +1001,83 @@ MOVING_PEERS = {PEER: _moving_graphed, PLAIN: _moving_plain}
 
 
 def _fit(ctx: Context, result: SuiteResult, kind: str, nodes: int,
-         moved: Sequence[int], rows: dict) -> None:
+         moved: Sequence[int], rows: dict, peers: tuple[str, str] = (PEER, PLAIN)) -> None:
     """Add the rebinding's fixed part and part per node moved, from the
-    rows of the steps moving ``moved`` of ``kind`` nodes; none where a
-    peer's rows are missing (its failure is recorded)."""
-    found = [(k, rows.get((moved_case(nodes, k, kind), PEER)),
-              rows.get((moved_case(nodes, k, kind), PLAIN))) for k in moved]
+    rows of the steps moving ``moved`` of ``kind`` nodes: the first of
+    ``peers``' call less the second's plain launch; none where a peer's
+    rows are missing (its failure is recorded)."""
+    mover, launcher = peers
+    found = [(k, rows.get((moved_case(nodes, k, kind), mover)),
+              rows.get((moved_case(nodes, k, kind), launcher))) for k in moved]
     if any(mine is None or plain is None for _, mine, plain in found):
         return
     fixed, per_node = fit_line([(k, mine.value - plain.value) for k, mine, plain in found])
     trials = min(len(row.trials) for _, *pair in found for row in pair)
     per_trial = [fit_line([(k, mine.trials[t] - plain.trials[t]) for k, mine, plain in found])
                  for t in range(trials)]
-    how = (f"least-squares line through numbagraph's call less the plain launch (host "
+    what = (("numbagraph's call", "the plain launch") if mover == PEER else
+            ("C++ setting the nodes and launching", "its launch alone"))
+    how = (f"least-squares line through {what[0]} less {what[1]} (host "
            f"time) at {', '.join(map(str, moved))} of {nodes} {kind} nodes moved; value "
            "from the medians, trials from each trial's line")
-    made = [Row(fit_case(kind), PER_NODE, per_node, FIT_UNIT, [p for _, p in per_trial],
+    case = fit_case(kind) if mover == PEER else cpp_fit_case(kind)
+    made = [Row(case, PER_NODE, per_node, FIT_UNIT, [p for _, p in per_trial],
                 "host", note=f"slope: {how}"),
-            Row(fit_case(kind), FIXED, fixed, FIT_UNIT, [f for f, _ in per_trial], "host",
+            Row(case, FIXED, fixed, FIT_UNIT, [f for f, _ in per_trial], "host",
                 note=f"intercept: {how}")]
-    ctx.attempt(result, PEER, lambda: made)
+    ctx.attempt(result, mover, lambda: made)
+
+
+def _cpp_one_changed(ctx: Context, result: SuiteResult, steps: Sequence[int]) -> None:
+    """The C++ floor of a call of the steps with one array changed: tiny
+    kernel launches whose every node is set to the other of two buffers,
+    then the graph launched, calls back to back as numbagraph's are; against
+    the launch alone."""
+    cfg = ctx.config
+
+    def made() -> Iterable[Row]:
+        for nodes in steps:
+            lines = floor(ctx).run("moved", nodes=nodes, sizes=[nodes], alone=0,
+                                   elements=cfg.elements, trials=cfg.trials,
+                                   warmup=_calls(cfg, nodes), repeats=_calls(cfg, nodes))
+            for line in lines:
+                kind, what = line["label"].split()
+                if kind != KERNEL:
+                    continue
+                yield Row.of(case(nodes, ONE), CPP if what == "moved" else CPP_LAUNCH,
+                             line["trials"], UNIT, "wall",
+                             note=(f"cudaGraphExecKernelNodeSetParams of all {nodes} nodes, "
+                                   "then cudaGraphLaunch" if what == "moved" else
+                                   "cudaGraphLaunch alone") + ", calls back to back")
+
+    ctx.attempt(result, CPP, made)
+
+
+def _cpp_moved(ctx: Context, result: SuiteResult, nodes: int, moved: Sequence[int]) -> None:
+    """The C++ floor of the steps moving nodes: each call sets the moved
+    nodes (the runtime's ``cudaGraphExec*NodeSetParams``) and launches,
+    against the launch alone, each call timed alone as numbagraph's are;
+    and the line fitted through them, per kind of node."""
+    cfg = ctx.config
+    rows: dict[tuple[str, str], Row] = {}
+
+    def made() -> Iterable[Row]:
+        lines = floor(ctx).run("moved", nodes=nodes, sizes=moved, elements=cfg.elements,
+                               trials=cfg.trials, warmup=_calls(cfg, nodes),
+                               repeats=_calls(cfg, nodes))
+        for line in lines:
+            kind, what = line["label"].split()
+            peer = CPP if what == "moved" else CPP_LAUNCH
+            row = Row.of(moved_case(nodes, int(line["param"]), kind), peer, line["trials"],
+                         HOST_UNIT, "host",
+                         note=("cudaGraphExec*NodeSetParams of the moved nodes, then "
+                               "cudaGraphLaunch" if peer == CPP else "cudaGraphLaunch alone"))
+            rows[(row.case, peer)] = row
+            yield row
+
+    ctx.attempt(result, CPP, made)
+    for kind in NODE_KINDS:
+        _fit(ctx, result, kind, nodes, moved, rows, (CPP, CPP_LAUNCH))
 
 
 def run(ctx: Context) -> SuiteResult:
@@ -1020,6 +1092,8 @@ def run(ctx: Context) -> SuiteResult:
                              setup(ctx, setting.arrays, n, c))
                       for peer, setup in STEP_PEERS.items()}
             ctx.compare(result, case(nodes, change), setups, unit=UNIT)
+    if not cfg.simulated:
+        _cpp_one_changed(ctx, result, steps)
     for nbytes in SIZES:
         arrays = _Arrays(setting.stream, nbytes // 4, setting.covered)
         setups = {peer: (lambda setup=setup, a=arrays, n=nbytes:
@@ -1043,6 +1117,8 @@ def run(ctx: Context) -> SuiteResult:
                                                  setup(ctx, kind, nodes, k))
             for k in moved for peer, setup in MOVING_PEERS.items()})
         _fit(ctx, result, kind, nodes, moved, rows)
+    if not cfg.simulated:
+        _cpp_moved(ctx, result, nodes, moved)
     result.notes.append(
         f"steps of {' and '.join(map(str, steps))} launches of z = x + 0.5 y over the "
         f"first {setting.covered} elements; size cases: the {steps[0]}-launch step, "
