@@ -5,8 +5,8 @@ Jacobi sweeps. One step (SWEEPS sweeps, a kernel that writes the residual
 f + u'', and ``ng.norm2_into`` for its norm) is captured into a graph, and
 two more nodes close it:
 
-* ``norm.read_async(seen)``: a copy of the norm into ``seen``, a HostScalar
-  (pinned host memory), at every replay;
+* ``norm.read_async(seen)``: the norm stored into ``seen``, a HostScalar
+  (pinned host memory mapped into the device's), at every replay;
 * ``ng.on_host(record, stream=s)``: a host callback that appends
   ``seen.value`` to a Python list, at every replay, after the copy.
 
@@ -103,7 +103,7 @@ def main() -> None:
 
     with ng.capture(s) as cap:
         step()
-        norm.read_async(seen)          # a copy node into pinned host memory
+        norm.read_async(seen)          # a kernel node storing into mapped host memory
         ng.on_host(record, stream=s)   # a host node, after the copy
     graph = cap.graph
 

@@ -10,13 +10,15 @@ next replay on that stream.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import warnings
 from typing import Any, Callable
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
+from numba.cuda.np.numpy_support import from_dtype
 
 from . import _hostcalls, _registry
 from ._hostcalls import attention as _host_attention
@@ -26,7 +28,7 @@ from .backend import active as _backend
 from .errors import CaptureWarning, ScalarValueError
 from .safety import (
     guard_allocation, guard_device_to_host, guard_host_to_device, guard_host_wait,
-    guard_legacy_work, refuse_other_device,
+    guard_legacy_work, on_launch, refuse_other_device,
 )
 
 __all__ = ["DeviceScalar", "HostScalar", "SCALAR_DTYPES"]
@@ -366,7 +368,9 @@ class DeviceScalar:
 
     def read_async(self, into: "HostScalar", *, stream: Any = None) -> None:
         """Copy the device value into ``into``, pinned host memory, in stream
-        order, without waiting for it.
+        order, without waiting for it: one thread of a kernel stores it into
+        that memory, mapped into the device's (a kernel node in a graph,
+        cheaper to replay than a copy node).
 
         Inside a capture on ``stream`` the copy is recorded: every launch of
         the graph (every pass of a loop, if recorded in its body) writes the
@@ -421,7 +425,7 @@ class DeviceScalar:
                 _registry.raise_if_invalidated(session)
                 refuse_other_device(self, session, "DeviceScalar.read_async()")
                 session.keep((self, into))
-        _backend.copy_to_host_async(into._host, self._dev, handle)
+        _backend.launch(into._kernel, 1, 1, handle, (into._device, self._dev), on_launch)
         if _sessions and session is None:
             self._warn_if_meant_for_a_capture(
                 "DeviceScalar.read_async()", self._stream if stream is None else stream)
@@ -448,6 +452,20 @@ def _on_device(device: int) -> Any:
     if _backend.device_count() < 2 or _backend.current_device_id() == device:
         return contextlib.nullcontext()
     return _backend.use_device(device)
+
+
+@functools.cache
+def _read_back(dtype: np.dtype) -> Any:
+    """read_async's kernel for ``dtype``: one thread stores the device value
+    into the HostScalar's mapped memory, in one store, which the host never
+    sees half made."""
+    array = from_dtype(dtype)[::1]
+
+    @cuda.jit(types.void(array, array))
+    def read_back(into: Any, value: Any) -> None:
+        into[0] = value[0]
+
+    return read_back
 
 
 class HostScalar:
@@ -481,7 +499,7 @@ class HostScalar:
     ```
     """
 
-    __slots__ = ("_host", "_dtype")
+    __slots__ = ("_host", "_device", "_kernel", "_dtype")
 
     def __init__(self, dtype: Any = np.float64):
         if _host_attention[0]:
@@ -495,6 +513,10 @@ class HostScalar:
             guard_allocation("ng.HostScalar() (pinned memory)")
         self._host = _backend.mapped_host_array(1, dtype)
         self._host[0] = 0
+        # The device's view of the same memory, which read_async's kernel
+        # (compiled here, where a capture is not running) stores into.
+        self._device = _backend.mapped_device_view(self._host)
+        self._kernel = _read_back(dtype)
         self._dtype = dtype
 
     @property

@@ -167,7 +167,7 @@ def test_a_replay_loop_watches_a_recorded_read_back_without_synchronising(stream
     seen = ng.HostScalar(np.int32)
     with ng.capture(stream) as cap:
         ng.increment(pos)
-        pos.read_async(seen)                 # a copy node into pinned memory
+        pos.read_async(seen)                 # a kernel storing into mapped memory
     for step in range(1, 6):
         cap.graph.launch()
         wait_until(lambda: seen.value == step, f"replay {step}'s read-back")

@@ -135,12 +135,25 @@ def test_the_records_are_made_once_and_frozen(stream, x, factor, warm):
         graph.nodes[0].name = "other"
 
 
-def test_a_copy_into_host_memory_is_a_device_to_host_copy(stream, factor, warm):
+def test_a_copy_into_host_memory_is_a_device_to_host_copy(stream, warm):
+    d = cuda.to_device(np.arange(4, dtype=np.float32), stream=stream)
+    pinned = cuda.pinned_array(4, np.float32)
+    with ng.capture(stream) as cap:
+        d.copy_to_host(pinned, stream=stream)
+    (copy,) = cap.graph.nodes
+    assert (copy.kind, copy.nbytes, copy.direction) == ("memcpy", 16, "device to host")
+
+
+def test_a_read_back_into_a_host_scalar_is_one_kernel_node(stream, factor, warm):
     seen = ng.HostScalar(np.float32)
     with ng.capture(stream) as cap:
         factor.read_async(seen)
-    (copy,) = cap.graph.nodes
-    assert (copy.kind, copy.nbytes, copy.direction) == ("memcpy", 4, "device to host")
+    (store,) = cap.graph.nodes
+    assert (store.kind, store.grid, store.block) == ("kernel", (1, 1, 1), (1, 1, 1))
+    factor.update(2.5)
+    cap.graph.launch()
+    stream.synchronize()
+    assert seen.value == 2.5
 
 
 def test_unnamed_scalars_and_conditions_have_no_name(stream, x, warm):

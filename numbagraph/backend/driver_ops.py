@@ -338,8 +338,15 @@ def _numba_page_locked(obj: Any) -> bool:
 
 
 def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
-    """Page-locked host memory mapped into the device's address space."""
-    return cuda.mapped_array(size, dtype)
+    """Page-locked host memory mapped into the address space of every
+    device (portable: a kernel on any device may store into it)."""
+    return cuda.mapped_array(size, dtype, portable=True)
+
+
+def mapped_device_view(host: Any) -> Any:
+    """A plain device array over a mapped array's memory, which kernels are
+    given as any device array."""
+    return _devicearray.from_array_like(host, gpu_data=host.gpu_data)
 
 
 # ---------------------------------------------------------------- devices

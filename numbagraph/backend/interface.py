@@ -421,8 +421,13 @@ class Backend(Protocol):
 
     def mapped_host_array(self, size: int, dtype: np.dtype) -> np.ndarray:
         """``size`` elements of page-locked host memory mapped into the
-        device's address space: what a copy inside a conditional body may
-        write to."""
+        address space of every device: what a copy inside a conditional
+        body, or a kernel, may write to."""
+
+    def mapped_device_view(self, host: np.ndarray) -> Any:
+        """A device array over the memory of ``host`` (from
+        ``mapped_host_array``), which a kernel stores into and the host
+        reads without a copy."""
 
     def copy_to_host_async(self, host: np.ndarray, dev: Any, handle: int) -> None:
         """Enqueue "copy ``dev`` into ``host``" (pinned memory of the same

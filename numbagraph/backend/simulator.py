@@ -699,6 +699,11 @@ def mapped_host_array(size: int, dtype: np.dtype) -> np.ndarray:
     return np.zeros(size, dtype)
 
 
+def mapped_device_view(host: np.ndarray) -> Any:
+    """A simulated device array sharing ``host``'s memory."""
+    return _sim_devicearray.FakeCUDAArray(host)
+
+
 class _PageLocked(bytearray):
     """The memory of the simulator's pinned and mapped arrays, marked as
     CUDA's page-locked memory is, so that a copy into it is recorded in a

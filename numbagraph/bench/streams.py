@@ -17,7 +17,7 @@ host nodes and pinned read-backs cost a replay.
   counter, launched N times back to back: as it is, with an ``ng.on_host``
   callback recorded after the kernel (a host node), and with the counter's
   ``DeviceScalar.read_async`` into a pinned ``ng.HostScalar`` recorded
-  after it (a copy node). Host clock over N launches, stopped after the
+  after it (a kernel node storing into the mapped memory). Host clock over N launches, stopped after the
   stream synchronises; time per step. Before timing, three launches must
   advance the counter by three, call the callback three times and leave
   three in the HostScalar. A fourth variant records a host node whose
