@@ -741,19 +741,20 @@ class CapturedGraph:
         self._move(pairs, _rebind.moves_for(pairs), strict)
 
     def _move(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
-              record: bool = False) -> Transition | None:
+              record: bool = False, keep: bool = True) -> Transition | None:
         """Make ``moves``, checked already, one per pair of ``pairs``; with
         ``record`` (a graphed function's rebinding), return the
         :class:`~numbagraph._rebind.Transition` that makes it again, or None
         where it cannot be made again (nothing moved, device nodes that need
         it made whole each time, new arrays over memory the graph uses
-        besides)."""
+        besides) or is not to be kept (``keep`` false: the transitions kept
+        before stay valid, as after any recorded rebinding)."""
         self._refuse_rebinding_here()
         if not moves:
             self._executable()
             return None
         with _Held(self._res):
-            return self._make_moves(pairs, moves, strict, record)
+            return self._make_moves(pairs, moves, strict, record, keep)
 
     def _redo(self, transition: Transition, news: list[Any],
               targets: Callable[[], list[Any]]) -> bool:
@@ -787,7 +788,7 @@ class CapturedGraph:
                     "at once. Rebind before the capture begins or after it ends")
 
     def _make_moves(self, pairs: list[tuple[Any, Any]], moves: list[Any], strict: bool,
-                    record: bool) -> Transition | None:
+                    record: bool, keep: bool = True) -> Transition | None:
         """``_move`` once the graph's lock is held: a graph closed meanwhile
         raises GraphClosedError here, before the driver is asked anything."""
         self._executable()
@@ -842,7 +843,7 @@ class CapturedGraph:
         if not record:
             res.epoch += 1
             return None
-        if device_nodes:
+        if device_nodes or not keep:
             return None
         return _rebind.transition_of(res.epoch, plan.change, res.spans, held, scalars, moves,
                                      res.fixed, res.operands)

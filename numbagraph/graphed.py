@@ -710,14 +710,14 @@ class GraphedFunction:
             refused = shared(entry.reached, moves, positions, names, self._name)
             if refused is not None:
                 return refused
-        try:
-            transition = entry.graph._move(pairs, moves, strict=False, record=True)
-        except (FixedNodesError, OperandsError) as exc:
-            return exc
         # Kept where the call's arrays were seen before this call: arrays new
         # each call would fill the entry with rebindings never made again.
-        if (transition is not None and seen is not None and seen.again
-                and entry.seen is not None):
+        keep = seen is not None and seen.again and entry.seen is not None
+        try:
+            transition = entry.graph._move(pairs, moves, strict=False, record=True, keep=keep)
+        except (FixedNodesError, OperandsError) as exc:
+            return exc
+        if transition is not None:
             if len(entry.transitions) >= _TRANSITIONS:
                 del entry.transitions[next(iter(entry.transitions))]  # the oldest
             entry.transitions[key] = (tuple(positions), transition)
