@@ -307,6 +307,23 @@ def test_a_copy_refused_while_made_again_sets_every_node_back_and_keeps_what_was
     assert f.pointers() == (7000,) and int(f.params.width) == 32
 
 
+def test_a_twin_of_entries_holding_ready_parameters_writes_into_its_own():
+    f, c, index, there, back = fill_and_copy_moved_there_and_back()
+    assert index.redo(there.change)
+    ready = there.change.prepared
+    assert f.params is ready[0] and c.params is ready[1]
+    for entry, made in ((f, ready[0]), (c, ready[1])):
+        twin = entry.twin(None)
+        assert twin.params is not made and twin.pointers() == entry.pointers()
+        slot = twin.slots[-1]
+        twin.write(slot, 9000)
+        assert twin.read(slot) == 9000
+        # The entry, and the parameters its change makes again, are unchanged.
+        assert entry.read(slot) != 9000 and int(getattr(made, slot)) != 9000
+    assert index.redo(back.change)
+    assert values(f) == [1000] and values(c) == [3000, 1016]
+
+
 def test_a_packed_parameter_buffer_is_found_in_extra():
     packed = ctypes.create_string_buffer(words(3, 4))
     size = ctypes.c_size_t(16)
