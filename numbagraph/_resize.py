@@ -56,7 +56,7 @@ def _layout(shape: tuple, strides: tuple, itemsize: int) -> str:
     return found or "A"
 
 
-_itemsizes: dict[str, int] = {}
+_itemsizes: dict[Any, int] = {}
 
 
 def family_of(sig: tuple) -> tuple:

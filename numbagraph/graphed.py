@@ -203,6 +203,12 @@ def _name_of(position: int, nargs: int, keys: tuple) -> str:
     return f"{position}" if position < nargs else repr(keys[position - nargs])
 
 
+def _dtype_key(dtype: np.dtype) -> Any:
+    """A dtype as a signature holds it: its type string, or the dtype itself
+    where the string says too little (a structured dtype's is only its size)."""
+    return dtype.str if dtype.fields is None else dtype
+
+
 def _signature_of(value: Any, position: int, nargs: int, keys: tuple) -> tuple:
     """What a call's value at ``position`` contributes to its signature."""
     kind = type(value)
@@ -210,10 +216,15 @@ def _signature_of(value: Any, position: int, nargs: int, keys: tuple) -> tuple:
         return ("scalar", kind, value.dtype.str)
     if isinstance(value, _backend.DEVICE_ARRAY_TYPES):
         dev: Any = value
-        return ("array", kind, tuple(dev.shape), np.dtype(dev.dtype).str, tuple(dev.strides))
+        return ("array", kind, tuple(dev.shape), _dtype_key(np.dtype(dev.dtype)),
+                tuple(dev.strides))
     interface = getattr(value, "__cuda_array_interface__", None)
     if interface is not None:
-        return ("array", kind, tuple(interface["shape"]), interface["typestr"],
+        typestr = interface["typestr"]
+        descr = interface.get("descr")
+        if typestr[1:2] == "V" and descr is not None:
+            typestr = _dtype_key(np.dtype(descr))
+        return ("array", kind, tuple(interface["shape"]), typestr,
                 tuple(interface.get("strides") or ()))
     if isinstance(value, np.ndarray):
         raise GraphedError(

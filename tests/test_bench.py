@@ -192,7 +192,7 @@ def test_graphed_driver_calls_are_measured_or_skipped_with_a_reason(graphed_run,
             nodes, moved = _graphed_fit(doc)
             expected |= {graphed.moved_case(nodes, k, kind)
                          for k in moved for kind in graphed.NODE_KINDS}
-            expected |= {graphed.case(n, graphed.ONE) for n in _graphed_steps(doc)}
+            expected |= {graphed.case(n, graphed.UNSEEN) for n in _graphed_steps(doc)}
         assert measured == expected or reasons.get(peer)
     assert not str(reasons.get(peer, "")).startswith("failed")
 
@@ -224,7 +224,8 @@ class _Floor:
 
     def run(self, mode, **options):
         self.asked.append((mode, options))
-        return [line for kind in graphed.NODE_KINDS for k in options["sizes"]
+        kinds = [options["kind"]] if options.get("kind", "all") != "all" else graphed.NODE_KINDS
+        return [line for kind in kinds for k in options["sizes"]
                 for line in ({"label": f"{kind} moved", "param": k,
                               "trials": [5.5 + 0.5 * k, 5.5 + 0.5 * k]},
                              {"label": f"{kind} launch", "param": k, "trials": [2.5, 2.5]})]
@@ -249,19 +250,20 @@ def test_cpp_floor_of_moved_nodes_is_fitted_as_numbagraph_is():
             assert all(r.unit == graphed.HOST_UNIT for r in peers.values())
 
 
-def test_cpp_floor_of_one_changed_times_the_kernel_steps_back_to_back():
+def test_cpp_floor_of_new_each_call_times_the_kernel_steps_back_to_back():
     ctx = Context(Config.for_run(True), say=lambda text: None)
     floor = ctx.shared("floor", _Floor)
     result = SuiteResult(graphed.NAME, graphed.TITLE, graphed.UNIT)
-    graphed._cpp_one_changed(ctx, result, (10, 100))
-    assert [(mode, o["nodes"], tuple(o["sizes"]), o["alone"]) for mode, o in floor.asked] == [
-        ("moved", 10, (10,), 0), ("moved", 100, (100,), 0)]
+    graphed._cpp_new_each_call(ctx, result, (10, 100))
+    assert [(mode, o["nodes"], tuple(o["sizes"]), o["alone"], o["kind"])
+            for mode, o in floor.asked] == [("moved", 10, (10,), 0, "kernel"),
+                                            ("moved", 100, (100,), 0, "kernel")]
     found = {(r.case, r.peer): r.value for r in result.rows}
     assert found == {
-        (graphed.case(10, graphed.ONE), graphed.CPP): pytest.approx(10.5),
-        (graphed.case(10, graphed.ONE), graphed.CPP_LAUNCH): pytest.approx(2.5),
-        (graphed.case(100, graphed.ONE), graphed.CPP): pytest.approx(55.5),
-        (graphed.case(100, graphed.ONE), graphed.CPP_LAUNCH): pytest.approx(2.5)}
+        (graphed.case(10, graphed.UNSEEN), graphed.CPP): pytest.approx(10.5),
+        (graphed.case(10, graphed.UNSEEN), graphed.CPP_LAUNCH): pytest.approx(2.5),
+        (graphed.case(100, graphed.UNSEEN), graphed.CPP): pytest.approx(55.5),
+        (graphed.case(100, graphed.UNSEEN), graphed.CPP_LAUNCH): pytest.approx(2.5)}
 
 
 def test_rebinding_fit_is_left_out_without_a_peer_at_every_count():

@@ -489,3 +489,22 @@ def test_an_eviction_by_a_signature_of_other_arity_names_the_difference(stream, 
     with pytest.warns(ng.GraphedWarning, match="differ in number, keywords or sharing"):
         step(x, 3)
     assert step.cache_info().evictions == 1
+
+
+def test_structured_dtypes_of_one_size_are_different_signatures(stream):
+    pair = np.dtype([("a", np.float32), ("b", np.float32)])
+    wide = np.dtype([("c", np.int64)])
+    assert pair.str == wide.str          # '|V8': the type string alone cannot tell them
+    made = {dt: cuda.to_device(np.zeros(4, dt), stream=stream) for dt in (pair, wide)}
+    x, y, out = (dev(np.arange(4) + k, stream) for k in range(3))
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream, warmup=0)
+    def step(records, out):
+        # A kernel typed for the records would be compiled for each dtype.
+        axpy[1, 4, stream](x, y, out, two)
+
+    for dt in (pair, wide):
+        step(made[dt], out)
+    info = step.cache_info()
+    assert (info.captures, info.graphs, info.rebinds) == (2, 2, 0)

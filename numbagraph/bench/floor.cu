@@ -25,7 +25,8 @@
 //                                         timed alone, the stream synchronised
 //                                         (untimed) before it, us per call; with
 //                                         --alone 0, calls back to back, wall, us
-//                                         per call
+//                                         per call; --kind kernel|memcpy|memset for one
+//                                         kind of node (all three by default)
 //
 // Common options: --elements N --trials T --warmup W --repeats R, and for
 // replay --target U --min-repeats A --max-repeats B (repeats per trial are
@@ -74,6 +75,7 @@ struct Options {
     long blocking = 0;  // 1: a stream that synchronises with the legacy default stream
     long nodes = 100;
     long alone = 1;  // 0: moved mode's calls back to back, not each alone
+    std::string kind = "all";  // moved mode: kernel, memcpy, memset or all
 };
 
 static std::vector<long> parse_list(const char* text) {
@@ -109,6 +111,7 @@ static Options parse(int argc, char** argv) {
         else if (key == "--blocking") o.blocking = std::atol(val);
         else if (key == "--nodes") o.nodes = std::atol(val);
         else if (key == "--alone") o.alone = std::atol(val);
+        else if (key == "--kind") o.kind = val;
         else {
             std::printf("{\"error\": \"unknown option %s\"}\n", key.c_str());
             std::exit(2);
@@ -477,15 +480,21 @@ static void run_moved(const Options& o, cudaStream_t s, const Tiny& k) {
     float* sources[] = {x, spare};
     const char* kinds[] = {"kernel", "memcpy", "memset"};
     std::vector<Result> results;
-    for (const char* kind : kinds) {
+    for (int which = 0; which < 3; ++which) {
+        const char* kind = kinds[which];
         std::string name = kind;
+        if (o.kind != "all" && o.kind != name) continue;
         for (long moved : o.sizes) {
+            if (moved < 1 || moved > o.nodes) {
+                std::printf("{\"error\": \"moved %ld of %ld nodes\"}\n", moved, o.nodes);
+                std::exit(2);
+            }
             cudaGraph_t graph;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             for (long i = 0; i < o.nodes; ++i) {
                 float* on = i < o.nodes - moved ? k.a : x;
-                if (name == "kernel") k.launch_on(on, s);
-                else if (name == "memcpy")
+                if (which == 0) k.launch_on(on, s);
+                else if (which == 1)
                     CK(cudaMemcpyAsync(copied, on, bytes, cudaMemcpyDeviceToDevice, s));
                 else CK(cudaMemsetAsync(on, 0, sizeof(float), s));
             }
@@ -505,7 +514,7 @@ static void run_moved(const Options& o, cudaStream_t s, const Tiny& k) {
             void* args[] = {&arg_a, &arg_n, &arg_size};
             cudaKernelNodeParams launch = tiny_node(k, args);
             cudaMemsetParams fill = {};
-            if (name == "memset") CK(cudaGraphMemsetNodeGetParams(targets[0], &fill));
+            if (which == 2) CK(cudaGraphMemsetNodeGetParams(targets[0], &fill));
             double param = static_cast<double>(moved);
             auto timed = [&](const std::string& label, auto call) {
                 if (o.alone) return alone(o, s, label, param, call);
@@ -516,10 +525,10 @@ static void run_moved(const Options& o, cudaStream_t s, const Tiny& k) {
             results.push_back(timed(name + " moved", [&](long i) {
                 float* to = sources[(i + 1) & 1];
                 for (cudaGraphNode_t node : targets) {
-                    if (name == "kernel") {
+                    if (which == 0) {
                         arg_a = to;
                         CK(cudaGraphExecKernelNodeSetParams(exec, node, &launch));
-                    } else if (name == "memcpy") {
+                    } else if (which == 1) {
                         CK(cudaGraphExecMemcpyNodeSetParams1D(exec, node, copied, to, bytes,
                                                               cudaMemcpyDeviceToDevice));
                     } else {
