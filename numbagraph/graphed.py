@@ -709,8 +709,9 @@ class GraphedFunction:
         for i, (ptr, start, end) in entry.spans.items():
             old, new = bound[i], values[i]
             # An array over the memory of the one bound (a new view of it,
-            # of the same layout) moves nothing.
-            if old is not new and spans[i][0] != ptr:
+            # of the same layout) moves nothing; another library's array
+            # that is the one bound moves where its memory moved since.
+            if spans[i][0] != ptr:
                 positions.append(i)
                 pairs.append((old, new))
                 moves.append(Move(start, end, spans[i][0] - ptr, device_array_of(new)))

@@ -12,6 +12,7 @@ import pytest
 from numba import cuda
 
 import numbagraph as ng
+from numbagraph.backend import active as backend
 from numbagraph.errors import GraphedWarning
 from numbagraph.graph import CapturedGraph
 from conftest import axpy, dev, host
@@ -341,3 +342,34 @@ def test_a_plain_value_where_the_latest_call_had_an_array_since_freed(stream):
     for _ in range(3):
         step(x, y, out)
         np.testing.assert_array_equal(host(out, stream), 2 * np.arange(n) + 1)
+
+
+class Swappable:
+    """Another library's array whose memory changes under the same object
+    (a tensor given new storage)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return backend.array_interface(self.array)
+
+
+def test_an_array_whose_memory_moved_under_the_same_object_is_moved(stream):
+    n = 8
+    x = Swappable(dev(np.arange(n), stream))
+    y = dev(np.ones(n), stream)
+    outs = [dev(np.zeros(n), stream) for _ in range(2)]
+    two = ng.DeviceScalar(2.0, np.float32, stream=stream)
+
+    @ng.graphed(stream=stream, max_graphs=1)
+    def step(x, y, out):
+        axpy[1, n, stream](x.array, y, out, two)     # the memory x stands for
+        return out
+
+    step(x, y, outs[0])
+    step(x, y, outs[1])
+    x.array = dev(np.arange(n) * 10, stream)    # new memory, the same object
+    step(x, y, outs[0])
+    np.testing.assert_array_equal(host(outs[0], stream), 20 * np.arange(n) + 1)
