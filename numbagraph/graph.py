@@ -761,20 +761,36 @@ class CapturedGraph:
         """Make ``transition`` again, to ``news``, the new objects of the
         rebinding it was made by (``targets()``: their device arrays);
         False, changing nothing, where the graph changed otherwise since."""
-        self._refuse_rebinding_here()
+        if _host_attention[0] or _captures:
+            self._refuse_rebinding_here()
         res = self._res
+        # A graph that runs its own definition takes its lock alone, as
+        # _Held does, without making one (this is a replay loop's path).
+        lock = res.lock
+        lock.acquire()
+        try:
+            if res.source is None:
+                return self._redo_held(transition, news, targets)
+        finally:
+            lock.release()
         with _Held(res):
-            executable = self._executable()
-            spans = res.spans
-            if res.epoch != transition.epoch or spans is None:
+            return self._redo_held(transition, news, targets)
+
+    def _redo_held(self, transition: Transition, news: list[Any],
+                   targets: Callable[[], list[Any]]) -> bool:
+        """``_redo`` once the graph's lock is held."""
+        res = self._res
+        executable = self._executable()
+        spans = res.spans
+        if res.epoch != transition.epoch or spans is None:
+            return False
+        try:
+            if not executable.redo_rebind(transition.change, targets):
                 return False
-            try:
-                if not executable.redo_rebind(transition.change, targets):
-                    return False
-            except Exception as exc:
-                raise _refused(exc) from exc
-            res.drop(_rebind.redo_transition(transition, spans, res.keepalive, news))
-            return True
+        except Exception as exc:
+            raise _refused(exc) from exc
+        res.drop(_rebind.redo_transition(transition, spans, res.keepalive, news))
+        return True
 
     def _refuse_rebinding_here(self) -> None:
         if _host_attention[0]:

@@ -359,6 +359,17 @@ def _recent(cache: _Cache, values: tuple, keys: tuple) -> _Seen | None:
     return None
 
 
+def _given_back(found: list[_Seen], seen: _Seen) -> bool:
+    """``seen``, the values of the call before the last, marked as given
+    again and made the latest used, as ``_recent`` does; False where the
+    remembered calls no longer hold it."""
+    for k, known in enumerate(found):
+        if known is seen:
+            _given_again(found, k, seen)
+            return True
+    return False
+
+
 def _given_again(found: list[_Seen], k: int, seen: _Seen) -> None:
     """``seen``, ``found[k]`` among the remembered calls, marked as given
     again and made the latest used."""
@@ -495,11 +506,7 @@ def _turn(cache: _Cache, entry: _Entry, values: tuple, keys: tuple) -> _Entry:
     seen = cache.prev_seen
     _disarm(cache)
     cache.entries.move_to_end(entry.sig)
-    found = cache.seen
-    for k, known in enumerate(found):
-        if known is seen:
-            _given_again(found, k, known)
-            break
+    _given_back(cache.seen, seen)  # type: ignore[arg-type]
     return _launched(cache, entry, values, keys)
 
 
@@ -606,14 +613,20 @@ class GraphedFunction:
             # Next (two sets of arrays taking turns): the values of the call
             # before the last, their graph still bound to them.
             entry, seen = cache.prev_entry, cache.prev_seen
-            if (entry is not None and entry.seen is seen
-                    and seen.spans_of(values, keys) is not None):  # type: ignore[union-attr]
+            back = entry is not None and seen.spans_of(values, keys) is not None  # type: ignore[union-attr]
+            if back and entry.seen is seen:  # type: ignore[union-attr]
                 return _result_of(_turn(cache, entry, values, keys).result, values)
-            # Next (arrays taking turns): the values of a recent call, and
-            # their graph, or a rebinding to them the graph made before, made
-            # again.
+            # Next (arrays taking turns): the values of a recent call (those
+            # of the call before the last first, found without a search),
+            # and their graph, or a rebinding to them the graph made before,
+            # made again.
             searched = bool(cache.seen) and not _graphmem.held[0]
-            recent = _recent(cache, values, keys) if searched else None
+            if not searched:
+                recent = None
+            elif back and _given_back(cache.seen, seen):  # type: ignore[arg-type]
+                recent = seen
+            else:
+                recent = _recent(cache, values, keys)
             if recent is not None:
                 entry = self._short_way(cache, recent, stream, args, kwargs, keys, values, 2)
                 if entry is not None:
