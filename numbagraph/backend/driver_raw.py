@@ -82,7 +82,11 @@ def entry(name: str) -> Any:
     except Exception:  # noqa: BLE001  no driver library to ask: cuda.bindings says so itself
         err, pfn = None, 0
     if err == cu.CUresult.CUDA_SUCCESS and int(pfn):
+        # CFUNCTYPE lets go of the GIL for the call, as cuda.bindings does: a
+        # launch may block while a host callback waits for the GIL.
         fn = ctypes.CFUNCTYPE(ctypes.c_int, *_PROTOTYPES[name])(int(pfn))
+    elif err == cu.CUresult.CUDA_ERROR_NOT_INITIALIZED:
+        return None  # asked again once the driver is initialised
     _entries[name] = fn
     return fn
 
