@@ -29,7 +29,7 @@ def words(*values):
 def kernel(*values, refuse=False):
     """An entry with one 8-byte parameter per value, and a 4-byte one last."""
     layout = [(8 * i, 8) for i in range(len(values))] + [(8 * len(values), 4)]
-    entry = Kernel(0, cu.CUDA_KERNEL_NODE_PARAMS(), words(*values) + b"\1\0\0\0", layout)
+    entry = Kernel(None, cu.CUDA_KERNEL_NODE_PARAMS(), words(*values) + b"\1\0\0\0", layout)
     entry.refuse = refuse
     return entry
 
@@ -42,7 +42,6 @@ class Index(driver_rebind.NodeIndex):
         self._holders = None
         self.generation = 0
         self.graph_exec = self.ctx = None
-        self.exec_address = 0
 
 
 def values(entry):
@@ -56,7 +55,7 @@ def test_a_kernel_entry_holds_its_parameters_and_points_the_node_at_them():
     entry.write(1, 2048)
     pointers = ctypes.cast(entry.params.kernelParams, ctypes.POINTER(ctypes.c_void_p))
     assert ctypes.c_uint64.from_address(pointers[1]).value == 2048
-    twin = entry.twin(0)
+    twin = entry.twin(None)
     twin.write(0, 7)
     assert values(entry) == [1000, 2048] and values(twin) == [7, 2048]
 
@@ -174,28 +173,25 @@ def test_kernel_nodes_are_made_again_through_the_driver_call_itself(monkeypatch)
             Exception.__init__(self, *args)
 
     monkeypatch.setattr(driver_rebind, "_set_kernel", set_kernel)
-    # cuda.bindings' call, not the driver's own entry point, which the nodes
-    # named here would crash.
-    monkeypatch.setattr(driver_rebind, "_raw", [None] * len(driver_rebind._RAW_SETS))
     monkeypatch.setattr(driver_rebind, "DriverError", Refused)
     layout = [(0, 8), (8, 8)]
     a, b = (driver_rebind._Kernel(name, cu.CUDA_KERNEL_NODE_PARAMS(), words(1000, 7), layout)
-            for name in (1, 2))
+            for name in ("a", "b"))
     index = Index(a, b)
     there = index.plan([Move(1000, 1008, 64, None)])
     there.apply()
     index.plan([Move(1064, 1072, -64, None)]).apply()
     sets.clear()
     assert index.redo(there.change)
-    assert sets == [1, 2] and values(a) == [1064, 7] and values(b) == [1064, 7]
+    assert sets == ["a", "b"] and values(a) == [1064, 7] and values(b) == [1064, 7]
     pointers = ctypes.cast(a.params.kernelParams, ctypes.POINTER(ctypes.c_void_p))
     assert ctypes.c_uint64.from_address(pointers[0]).value == 1064
     index.plan([Move(1064, 1072, -64, None)]).apply()
-    refused.add(2)
+    refused.add("b")
     sets.clear()
     with pytest.raises(driver_base.DriverError):
         index.redo(there.change)
-    assert sets == [1, 2, 1]            # a set, b refused, a set back
+    assert sets == ["a", "b", "a"]      # a set, b refused, a set back
     assert values(a) == [1000, 7] and values(b) == [1000, 7]
 
 
@@ -317,7 +313,7 @@ def test_a_twin_of_entries_holding_ready_parameters_writes_into_its_own():
     ready = there.change.prepared
     assert f.params is ready[0] and c.params is ready[1]
     for entry, made in ((f, ready[0]), (c, ready[1])):
-        twin = entry.twin(0)
+        twin = entry.twin(None)
         assert twin.params is not made and twin.pointers() == entry.pointers()
         slot = twin.slots[-1]
         twin.write(slot, 9000)

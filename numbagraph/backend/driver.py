@@ -33,7 +33,6 @@ from .driver_base import (
     capture_status, check, in_context,
 )
 from .driver_devnodes import Ready, opt_in
-from .driver_raw import current_context, entry as raw_entry
 from .driver_rebind import NodeIndex, graph_nodes
 from .driver_streams import join_forks
 from .interface import Move
@@ -245,16 +244,13 @@ class Executable:
         stream = cu.CUstream(handle)
         graph_launch = cu.cuGraphLaunch
         ctx = self._ctx
-        address = int(graph_exec)
-        # The driver's own entry point (driver_raw), or cuda.bindings' call.
-        raw = raw_entry("cuGraphLaunch") or (lambda _, __: graph_launch(graph_exec, stream)[0])
 
         def launch() -> None:
-            err = raw(address, handle)
+            err, = graph_launch(graph_exec, stream)
             if err:
                 # Another device is current: the launch is made again in the
                 # graph's own context; a launch that succeeds costs nothing more.
-                err = _again_in(ctx, cu.CUresult(err), graph_launch, graph_exec, stream)
+                err = _again_in(ctx, err, graph_launch, graph_exec, stream)
                 if err:
                     raise DriverError("cuGraphLaunch", err)
 
@@ -538,7 +534,8 @@ def _current_context() -> tuple[int, Any]:
 def _context_key() -> int:
     """The current CUDA context's handle, as :func:`_current_context` gives
     it, in one driver call when a context is current."""
-    key = current_context()
+    err, current = cu.cuCtxGetCurrent()
+    key = 0 if err else int(current)
     return key if key else _current_context()[0]
 
 
@@ -666,17 +663,13 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
         # worked out inline, as _bits_of does, without its extra call.
         name = _MEMSETS[dtype.itemsize]
         memset = getattr(cu, name)
-        address = int(dst)
-        # The driver's own entry point (driver_raw), or cuda.bindings' call.
-        fill = raw_entry(name) or (lambda _, bits, count, __: memset(dst, bits, count, stream)[0])
         if dtype.kind in "biu":
             mask = (1 << (8 * dtype.itemsize)) - 1
 
             def store(value: Any) -> None:
-                err = fill(address, int(value) & mask, 1, handle)
+                err, = memset(dst, int(value) & mask, 1, stream)
                 if err:
-                    err = _again_in(ctx, cu.CUresult(err), memset, dst, int(value) & mask, 1,
-                                    stream)
+                    err = _again_in(ctx, err, memset, dst, int(value) & mask, 1, stream)
                     if err:
                         raise DriverError(name, err)
 
@@ -686,10 +679,9 @@ def scalar_store(dev: Any, dtype: np.dtype, handle: int) -> Callable[[Any], None
         unpack = struct.Struct("<" + _WORDS[dtype.itemsize]).unpack
 
         def store(value: Any) -> None:
-            err = fill(address, unpack(pack(value))[0], 1, handle)
+            err, = memset(dst, unpack(pack(value))[0], 1, stream)
             if err:
-                err = _again_in(ctx, cu.CUresult(err), memset, dst, unpack(pack(value))[0], 1,
-                                stream)
+                err = _again_in(ctx, err, memset, dst, unpack(pack(value))[0], 1, stream)
                 if err:
                     raise DriverError(name, err)
 

@@ -7,8 +7,6 @@ from typing import Any, Callable
 
 from cuda.bindings import driver as cu
 
-from .driver_raw import current_context
-
 __all__ = ["DriverError", "check", "raise_for", "in_context", "capture_status", "is_capturing",
            "CAPTURE_ACTIVE", "CAPTURE_NONE", "CAPTURE_INVALIDATED", "CAPTURE_MODES"]
 
@@ -57,7 +55,10 @@ def in_context(ctx: Any, call: Callable[..., Any], *args: Any) -> Any:
     with ``ctx`` unknown, as it is. For calls on a graph's executable, which
     the driver makes in the current context: with none current, some of them
     fault instead of failing."""
-    if ctx is None or current_context() == int(ctx):
+    if ctx is None:
+        return call(*args)
+    failed, current = cu.cuCtxGetCurrent()
+    if not failed and int(current) == int(ctx):
         return call(*args)
     check("cuCtxPushCurrent", cu.cuCtxPushCurrent(ctx))
     try:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import itertools
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -41,7 +42,6 @@ from cuda.bindings import driver as cu
 
 from .driver import LIVE
 from .driver_base import CAPTURE_ACTIVE, capture_status, check, raise_for
-from .driver_raw import libcuda
 
 __all__ = ["host_call"]
 
@@ -136,21 +136,30 @@ def _release(token: int | None) -> None:
 _TRAMPOLINE = _HOST_FN(_run)
 _DESTRUCTOR = _HOST_FN(_release)
 
-_prototyped: list[Any] = []
+_driver: list[Any] = []
 
 
 def _libcuda() -> Any:
-    """The driver library, with the prototypes of the calls made here."""
-    if not _prototyped:
-        lib = libcuda()
+    """The driver library, with the prototypes of the calls made here;
+    loaded at first use (importing the backend needs no driver)."""
+    if not _driver:
+        names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
+        for name in names:
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        else:
+            raise OSError(f"the CUDA driver library ({', '.join(names)}) cannot be loaded")
         lib.cuLaunchHostFunc.argtypes = (ctypes.c_void_p, _HOST_FN, ctypes.c_void_p)
         lib.cuLaunchHostFunc.restype = ctypes.c_int
         lib.cuUserObjectCreate.argtypes = (
             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, _HOST_FN, ctypes.c_uint,
             ctypes.c_uint)
         lib.cuUserObjectCreate.restype = ctypes.c_int
-        _prototyped.append(lib)
-    return _prototyped[0]
+        _driver.append(lib)
+    return _driver[0]
 
 
 def _capture_graph(handle: int) -> Any:

@@ -50,7 +50,6 @@ from .driver import _context_key
 from .driver import argument_types
 from ._arguments import untyped_launch
 from .driver_base import DriverError
-from .driver_raw import entry as raw_entry
 from .interface import LaunchHook, Patch, fast_launch_off
 
 # numba-cuda versions whose argument layout and dispatch the fast path
@@ -134,11 +133,10 @@ class Plan:
     its own buffer, which lives as long as the thread; the driver copies the
     parameters before the launch call returns."""
 
-    __slots__ = ("kernel", "function", "address", "packers", "_struct", "_offsets", "_local")
+    __slots__ = ("kernel", "function", "packers", "_struct", "_offsets", "_local")
 
     def __init__(self, kernel: Any, function: Any, layouts: list[tuple[str, Callable]]):
         self.kernel, self.function = kernel, function
-        self.address = int(function)
         self.packers = [pack for _, pack in layouts]
         codes = "".join(code for code, _ in layouts)
         self._struct = struct.Struct("@" + codes)
@@ -340,35 +338,12 @@ def _stream(handle: int) -> Any:
 
 def launch_packed(plan: Plan, args: tuple, handle: int, dims: tuple) -> None:
     packed = plan.pack(args)
-    err = _launch_kernel(plan.address, *dims, handle, packed[2], None)
+    err, = _launch_kernel(plan.function, *dims, _stream(handle), packed[2], 0)
     if err:
-        raise DriverError("cuLaunchKernel", cu.CUresult(err))
+        raise DriverError("cuLaunchKernel", err)
 
 
-def _through_bindings(function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-                      shared: int, handle: int, params: int, extra: Any) -> int:
-    """cuda.bindings' ``cuLaunchKernel``, called as the driver's own entry
-    point is (driver_raw): handles and addresses as integers."""
-    return cu.cuLaunchKernel(cu.CUfunction(function), gx, gy, gz, bx, by, bz, shared,
-                             _stream(handle), params, 0)[0]
-
-
-def _resolving(*args: Any) -> int:
-    """``_launch_kernel`` before its first call, which finds the driver's
-    entry point (the driver is loaded by then) and puts it in its place."""
-    global _launch_kernel
-    _launch_kernel = launch_kernel_call()
-    return _launch_kernel(*args)
-
-
-def launch_kernel_call() -> Callable[..., int]:
-    """``cuLaunchKernel(function, grid x, y, z, block x, y, z, shared,
-    stream, kernelParams, extra)`` with integer handles, returning the
-    ``CUresult`` as an int: the driver's own entry point where there is one."""
-    return raw_entry("cuLaunchKernel") or _through_bindings
-
-
-_launch_kernel: Callable[..., int] = _resolving
+_launch_kernel = cu.cuLaunchKernel
 
 
 # ---------------------------------------------------------------- diverted launches
@@ -397,12 +372,13 @@ class FastConfiguration:
     last launch, which the next launch with arguments of the same key and in
     the same context takes without looking it up."""
 
-    __slots__ = ("dispatcher", "numba", "handle", "dims", "_last", "_packed")
+    __slots__ = ("dispatcher", "numba", "handle", "cu_stream", "dims", "_last", "_packed")
 
     def __init__(self, dispatcher: Any, numba: Any):
         self.dispatcher, self.numba = dispatcher, numba
         self.handle = int(numba.stream.handle)
         self.dims = dims_for(tuple(numba.griddim), tuple(numba.blockdim), int(numba.sharedmem))
+        self.cu_stream = _stream(self.handle)
         # (context key, argument key, plan) of the last fast launch, and this
         # thread's packing.
         self._last: tuple | None = None
@@ -474,9 +450,9 @@ class FastConfiguration:
                 map(operator.is_, marks, last[1])):
             # The same arrays and number objects as this thread's last
             # launch of this configuration: its packing holds.
-            err = _launch_kernel(last[2], *self.dims, self.handle, last[3][2], None)
+            err, = _launch_kernel(last[2], *self.dims, self.cu_stream, last[3][2], 0)
             if err:
-                raise DriverError("cuLaunchKernel", cu.CUresult(err))
+                raise DriverError("cuLaunchKernel", err)
             return None
         key = key_of(args)
         memo = self._last
@@ -492,12 +468,12 @@ class FastConfiguration:
             buffer, packed.plan = plan.buffer(), plan
             packed.buffer = buffer
         plan.pack(args, buffer)
-        err = _launch_kernel(plan.address, *self.dims, self.handle, buffer[2], None)
+        err, = _launch_kernel(plan.function, *self.dims, self.cu_stream, buffer[2], 0)
         if err:
             packed.last = None
-            raise DriverError("cuLaunchKernel", cu.CUresult(err))
+            raise DriverError("cuLaunchKernel", err)
         # Array marks are computed now that key_of has made every entry.
-        packed.last = (ctx, _marks(args), plan.address, buffer)
+        packed.last = (ctx, _marks(args), plan.function, buffer)
         return None
 
 
@@ -760,13 +736,13 @@ def prepared_launch(dispatcher: Any, grid: Any, block: Any, shared: int, handle:
         return None
     # The record's own packing, made once: the driver reads it at each launch.
     packed = plan.pack(args, plan.buffer())
-    call = (plan.address, *dims_for(grid, block, shared), handle, packed[2], None)
-    launch_kernel = launch_kernel_call()
+    call = (plan.function, *dims_for(grid, block, shared), _stream(handle), packed[2], 0)
+    launch_kernel = _launch_kernel
 
     def launch() -> None:
-        err = launch_kernel(*call)
+        err, = launch_kernel(*call)
         if err:
-            raise DriverError("cuLaunchKernel", cu.CUresult(err))
+            raise DriverError("cuLaunchKernel", err)
 
     launch.keep = packed  # type: ignore[attr-defined]
     return launch

@@ -19,7 +19,6 @@ from cuda.bindings import driver as cu
 
 from ..errors import RebindError
 from .driver_base import DriverError, check, in_context
-from .driver_raw import entry as raw_entry
 from .interface import Move
 
 __all__ = ["Change", "NodeIndex", "graph_nodes"]
@@ -107,39 +106,12 @@ _set_memcpy = cu.cuGraphExecMemcpyNodeSetParams
 _set_memset = cu.cuGraphExecMemsetNodeSetParams
 
 
-def _raw_set(kind: int) -> Any:
-    """The driver's ``_RAW_SETS[kind]`` through ctypes (driver_raw), or None."""
-    fn = _raw[kind]
-    if fn is _UNKNOWN:
-        fn = _raw[kind] = raw_entry(_RAW_SETS[kind])
-    return fn
-
-
-_RAW_SETS = ("cuGraphExecKernelNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
-             "cuGraphExecMemsetNodeSetParams")
-_RAW_KERNEL, _RAW_MEMCPY, _RAW_MEMSET = range(3)
-_UNKNOWN = object()
-_raw: list[Any] = [_UNKNOWN] * len(_RAW_SETS)
-
-
-def _set_prepared(kind: int, graph_exec: Any, node: Any, params: Any, ctx: Any) -> None:
-    """Set a copy or fill node's ``params`` (a cuda.bindings struct) on the
-    executable, through the driver's own entry point where there is one."""
-    fn = _raw_set(kind)
-    if fn is not None:
-        err = fn(int(graph_exec), int(node), params.getPtr(), 0 if ctx is None else int(ctx))
-    else:
-        err, = (_set_memcpy if kind == _RAW_MEMCPY else _set_memset)(graph_exec, node, params, ctx)
-    if err:
-        raise DriverError(_RAW_SETS[kind], cu.CUresult(err))
-
-
 class _Kernel:
     """A kernel node's parameters, held in a buffer the node's
     ``kernelParams`` point into; pointer slots are byte offsets in it."""
 
-    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw",
-                 "length", "plan", "node_address", "params_address", "_words", "_bytes",
+    __slots__ = ("node", "params", "buffer", "layout", "slots", "offsets", "dims", "runs", "raw", "length", "plan",
+                 "_words", "_bytes",
                  "_pointers")
 
     def __init__(self, node: Any, launch: Any, raw: bytes, layout: list[tuple[int, int]]):
@@ -153,8 +125,6 @@ class _Kernel:
         self.params = _copied(launch, _LAUNCH_FIELDS)
         self.params.kernelParams = ctypes.addressof(self._pointers)
         self.params.extra = 0
-        # For the driver's own entry point (driver_raw), which takes addresses.
-        self.node_address, self.params_address = int(node), self.params.getPtr()
         self.slots = [offset // 8 for offset, size in layout if size == 8 and offset % 8 == 0]
         self.offsets: list[int] | None = None
         p = self.params
@@ -225,13 +195,9 @@ class _Kernel:
         self.raw = raw
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        set_kernel = _raw_set(_RAW_KERNEL)
-        if set_kernel is not None:
-            err = set_kernel(int(graph_exec), self.node_address, self.params_address)
-        else:
-            err, = _set_kernel(graph_exec, self.node, self.params)
+        err, = _set_kernel(graph_exec, self.node, self.params)
         if err:
-            raise DriverError("cuGraphExecKernelNodeSetParams", cu.CUresult(err))
+            raise DriverError("cuGraphExecKernelNodeSetParams", err)
 
 
 class _Prepared:
@@ -331,7 +297,9 @@ class _Memcpy(_Prepared):
         p.srcPitch = p.dstPitch = state[2]
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        _set_prepared(_RAW_MEMCPY, graph_exec, self.node, self.params, ctx)
+        err, = _set_memcpy(graph_exec, self.node, self.params, ctx)
+        if err:
+            raise DriverError("cuGraphExecMemcpyNodeSetParams", err)
 
 
 class _Memset(_Prepared):
@@ -386,7 +354,9 @@ class _Memset(_Prepared):
         p.width = state[1]
 
     def set_on(self, graph_exec: Any, ctx: Any) -> None:
-        _set_prepared(_RAW_MEMSET, graph_exec, self.node, self.params, ctx)
+        err, = _set_memset(graph_exec, self.node, self.params, ctx)
+        if err:
+            raise DriverError("cuGraphExecMemsetNodeSetParams", err)
 
 
 _READERS: dict[Any, Any] = {_KERNEL: _Kernel.of, _MEMCPY: _Memcpy.of, _MEMSET: _Memset.of}
@@ -489,7 +459,6 @@ class NodeIndex:
 
     def __init__(self, graph_exec: Any, ctx: Any, nodes: list[Any], sources: list[Any]):
         self.graph_exec, self.ctx = graph_exec, ctx
-        self.exec_address = int(graph_exec)
         self.entries: list[Any] = []
         # Position of each entry among the nodes, to pair it with another
         # executable's node at the same position.
@@ -545,7 +514,6 @@ class NodeIndex:
                 return False
         graph_exec, ctx = self.graph_exec, self.ctx
         prepared = change.prepared
-        set_kernel = _raw_set(_RAW_KERNEL)
         done = 0
         try:
             for entry, _, after in nodes:
@@ -553,13 +521,9 @@ class NodeIndex:
                     # Inline: kernel nodes are most of a rebinding.
                     entry._bytes[:len(after)] = after
                     entry.raw = after
-                    if set_kernel is not None:
-                        err = set_kernel(self.exec_address, entry.node_address,
-                                         entry.params_address)
-                    else:
-                        err, = _set_kernel(graph_exec, entry.node, entry.params)
+                    err, = _set_kernel(graph_exec, entry.node, entry.params)
                     if err:
-                        raise DriverError("cuGraphExecKernelNodeSetParams", cu.CUresult(err))
+                        raise DriverError("cuGraphExecKernelNodeSetParams", err)
                 elif isinstance(entry, _Prepared):
                     # Copies and fills are set with their parameters made
                     # ready once, which the entry holds until it writes.
@@ -652,17 +616,22 @@ class NodeIndex:
 
     def _set_whole(self, changes: list[tuple[Any, tuple]]) -> None:
         graph_exec, ctx = self.graph_exec, self.ctx
-        # What each node ran, taken as it is set.
+        # What each node ran, taken as it is set: kernel nodes, most of a
+        # re-sizing, are set inline.
         before: list[tuple[Any, tuple]] = []
         try:
             for entry, state in changes:
                 if type(entry) is _Kernel:
                     raw = entry.raw or entry.buffer.raw[:entry.length]
                     before.append((entry, (entry.dims, raw)))
+                    entry.assign(state)
+                    err, = _set_kernel(graph_exec, entry.node, entry.params)
+                    if err:
+                        raise DriverError("cuGraphExecKernelNodeSetParams", err)
                 else:
                     before.append((entry, entry.state()))
-                entry.assign(state)
-                entry.set_on(graph_exec, ctx)
+                    entry.assign(state)
+                    entry.set_on(graph_exec, ctx)
         except DriverError as exc:
             for entry, state in before:
                 entry.assign(state)
@@ -680,7 +649,6 @@ class NodeIndex:
         nodes are ``nodes``, in the same order) and indexed for it."""
         copy = NodeIndex.__new__(NodeIndex)
         copy.graph_exec, copy.ctx, copy.positions = graph_exec, ctx, list(self.positions)
-        copy.exec_address = int(graph_exec)
         copy.entries = [entry.twin(nodes[position])
                         for entry, position in zip(self.entries, self.positions)]
         for entry in copy.entries:
