@@ -510,10 +510,12 @@ class NodeIndex:
                 return False
         nodes = change.nodes
         for entry, before, _ in nodes:
-            if entry.pointers() != before:
+            # An entry's pointers, where it knows them, as pointers() gives them.
+            if (entry.raw or entry.pointers()) != before:
                 return False
         graph_exec, ctx = self.graph_exec, self.ctx
         prepared = change.prepared
+        set_kernel = _set_kernel
         done = 0
         try:
             for entry, _, after in nodes:
@@ -521,7 +523,7 @@ class NodeIndex:
                     # Inline: kernel nodes are most of a rebinding.
                     entry._bytes[:len(after)] = after
                     entry.raw = after
-                    err, = _set_kernel(graph_exec, entry.node, entry.params)
+                    err, = set_kernel(graph_exec, entry.node, entry.params)
                     if err:
                         raise DriverError("cuGraphExecKernelNodeSetParams", err)
                 elif isinstance(entry, _Prepared):
