@@ -613,9 +613,11 @@ class GraphedFunction:
             # Next (two sets of arrays taking turns): the values of the call
             # before the last, their graph still bound to them.
             entry, seen = cache.prev_entry, cache.prev_seen
-            back = entry is not None and seen.spans_of(values, keys) is not None  # type: ignore[union-attr]
-            if back and entry.seen is seen:  # type: ignore[union-attr]
-                return _result_of(_turn(cache, entry, values, keys).result, values)
+            back = False
+            if entry is not None and seen.spans_of(values, keys) is not None:  # type: ignore[union-attr]
+                if entry.seen is seen:
+                    return _result_of(_turn(cache, entry, values, keys).result, values)
+                back = True
             # Next (arrays taking turns): the values of a recent call (those
             # of the call before the last first, found without a search),
             # and their graph, or a rebinding to them the graph made before,
